@@ -1,0 +1,3 @@
+from code_runner.cli.main import main
+
+main()

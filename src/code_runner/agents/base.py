@@ -1,0 +1,107 @@
+"""The agent protocol: what the runner asks of anything that edits a workspace.
+
+An agent gets a round context and a tool runner; it calls tools (the runner enforces every
+rule) and returns an outcome. It never touches git, never decides the verdict: the runner
+audits real git state and runs the DoD after every round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from code_runner.events import EventSink
+
+if TYPE_CHECKING:
+    from code_runner.spec import TaskSpec
+    from code_runner.verify import Verdict
+
+
+class ToolErrorCode(StrEnum):
+    """Typed errors a tool returns to the agent. Never an exception in the runner."""
+
+    PERMISSION = "PERMISSION"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARGS = "INVALID_ARGS"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    LINE_RANGE = "LINE_RANGE"
+    STALE = "STALE"
+    TIMEOUT = "TIMEOUT"
+    BLOCKED_COMMAND = "BLOCKED_COMMAND"
+    TOO_LARGE = "TOO_LARGE"
+    NOT_A_FILE = "NOT_A_FILE"
+    IO_ERROR = "IO_ERROR"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call returned. `content` is what the agent sees."""
+
+    ok: bool
+    content: str
+    error: ToolErrorCode | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def success(cls, content: str, **data: Any) -> ToolResult:
+        return cls(ok=True, content=content, data=data)
+
+    @classmethod
+    def failure(cls, code: ToolErrorCode, message: str, **data: Any) -> ToolResult:
+        return cls(ok=False, content=f"{code.value}: {message}", error=code, data=data)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as a model sees it: name, description, JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+class ToolRunner(Protocol):
+    def specs(self) -> list[ToolSpec]: ...
+
+    def call(self, name: str, args: Mapping[str, Any]) -> ToolResult: ...
+
+
+class AgentStop(StrEnum):
+    """Why an agent handed control back to the runner for this round."""
+
+    DONE = "done"  # the agent says it is finished with this round
+    NO_ACTION = "no_action"  # nothing left to do (e.g. script exhausted)
+    TURN_LIMIT = "turn_limit"
+    BUDGET = "budget"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """Everything an agent may know at the start of a round."""
+
+    task: TaskSpec
+    round_index: int  # 1-based
+    max_rounds: int
+    workspace_dir: Path
+    previous_verdict: Verdict | None = None
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    stop: AgentStop
+    response: str = ""
+    turns: int = 0
+    error: str | None = None
+
+
+class Agent(Protocol):
+    """Anything that can take one round of a task. Chosen by name from the registry."""
+
+    name: str
+
+    def run_round(self, ctx: RoundContext, tools: ToolRunner, events: EventSink) -> AgentOutcome:
+        ...

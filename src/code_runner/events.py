@@ -1,0 +1,54 @@
+"""Event kinds: every state change of a run is exactly one event in `events.jsonl`."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Protocol
+
+
+class EventKind(StrEnum):
+    RUN_STARTED = "run_started"
+    PREFLIGHT_PASSED = "preflight_passed"
+    WORKSPACE_CREATED = "workspace_created"
+    ROUND_STARTED = "round_started"
+    AGENT_STARTED = "agent_started"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    AGENT_FINISHED = "agent_finished"
+    AUDIT = "audit"
+    CHANGES_DROPPED = "changes_dropped"
+    DOD_STARTED = "dod_started"
+    DOD_FINISHED = "dod_finished"
+    ROUND_FINISHED = "round_finished"
+    BEST_KEPT = "best_kept"
+    BEST_RESTORED = "best_restored"
+    STATE_CHANGED = "state_changed"
+    PATCH_EXPORTED = "patch_exported"
+    WORKSPACE_RELEASED = "workspace_released"
+    SOURCE_CHECKED = "source_checked"
+    SIGNAL_RECEIVED = "signal_received"
+    ERROR = "error"
+    RUN_FINISHED = "run_finished"
+
+
+class EventSink(Protocol):
+    """Where components report what they did. The run record is the real one."""
+
+    def emit(self, kind: EventKind, /, **data: object) -> None: ...
+
+
+class NullSink:
+    """For callers that do not keep a record (tests of a single tool, `dry-run`)."""
+
+    def emit(self, kind: EventKind, /, **data: object) -> None:
+        return None
+
+
+class ListSink:
+    """Collects events in memory; used by tests and by the scripted backend's self-checks."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[EventKind, dict[str, object]]] = []
+
+    def emit(self, kind: EventKind, /, **data: object) -> None:
+        self.events.append((kind, dict(data)))

@@ -1,0 +1,71 @@
+"""THE place where files that must never be half-written are written.
+
+A reader sees the old file or the new one, never a mix: write to a temp file in the same
+directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls of whole lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"))
+
+
+def dumps(data: Any) -> str:
+    """Stable JSON: sorted keys, so equal records are equal bytes."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, dumps(data))
+
+
+def append_jsonl(path: Path, data: Any) -> None:
+    line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """Every complete line of a JSONL file; a torn last line (crash mid-append) is skipped."""
+    items: list[Any] = []
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return items
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return items

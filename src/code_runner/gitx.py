@@ -1,0 +1,143 @@
+"""THE only module that runs git.
+
+Every call runs with a hardened environment: no system or global config, no inherited
+`GIT_*` variables, an explicit `--git-dir` (and `--work-tree` where there is one), hooks,
+fsmonitor, auto-gc, global attributes and excludes switched off. Output that names paths is
+read with `-z`. A repo whose own config defines hooks, filters or an fsmonitor gets none of
+them run by us.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from code_runner import proc
+from code_runner.errors import GitError, PreflightError
+
+GIT_TIMEOUT_S = 300.0
+
+HARDENING: tuple[str, ...] = (
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.untrackedCache=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+    "-c", "core.attributesFile=/dev/null",
+    "-c", "core.excludesFile=/dev/null",
+    "-c", "core.symlinks=true",
+    "-c", "core.autocrlf=false",
+    "-c", "core.safecrlf=false",
+    "-c", "diff.noprefix=false",
+    "-c", "diff.mnemonicPrefix=false",
+    "-c", "advice.detachedHead=false",
+    "-c", "init.defaultBranch=main",
+    "-c", "commit.gpgSign=false",
+    "-c", "tag.gpgSign=false",
+    "-c", "submodule.recurse=false",
+)  # fmt: skip
+
+_KEEP_ENV = ("PATH", "HOME", "LANG", "TMPDIR", "TZ")
+
+
+def hardened_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for every git call: nothing inherited that can steer git."""
+    env = {k: v for k, v in os.environ.items() if k in _KEEP_ENV}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(
+        {
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_ASKPASS": "/bin/false",
+            "GIT_PAGER": "cat",
+            "LC_ALL": "C",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A git dir plus (optionally) its work tree; every command is explicit about both."""
+
+    git_dir: Path
+    work_tree: Path | None
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        base = ["git", *HARDENING, f"--git-dir={self.git_dir}"]
+        if self.work_tree is not None:
+            base.append(f"--work-tree={self.work_tree}")
+        return [*base, *args]
+
+    def run(
+        self,
+        *args: str,
+        input_bytes: bytes | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = GIT_TIMEOUT_S,
+    ) -> proc.Captured:
+        argv = self.argv(args)
+        cwd = self.work_tree or self.git_dir
+        result = proc.capture(
+            argv, cwd=cwd, env=hardened_env(env), timeout_s=timeout_s, input_bytes=input_bytes
+        )
+        if check and not result.ok:
+            raise GitError(argv, result.exit_code, result.stderr.decode("utf-8", "replace"))
+        return result
+
+    def out(self, *args: str, **kwargs: object) -> str:
+        """stdout of a command as text, trailing newline removed."""
+        result = self.run(*args, **kwargs)  # type: ignore[arg-type]
+        return result.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+
+    def z(self, *args: str, **kwargs: object) -> list[bytes]:
+        """NUL-separated output split into raw byte fields (for `-z` commands)."""
+        result = self.run(*args, **kwargs)  # type: ignore[arg-type]
+        data = result.stdout
+        if data.endswith(b"\0"):
+            data = data[:-1]
+        return data.split(b"\0") if data else []
+
+
+def open_source(path: Path) -> Repo:
+    """Locate the repo containing `path` (a work tree) without trusting its environment."""
+    if not path.is_dir():
+        raise PreflightError(
+            f"cwd {path} is not a directory.",
+            fix="set `cwd` in the task spec to the root of a git repository.",
+        )
+    result = proc.capture(
+        ["git", *HARDENING, "rev-parse", "--absolute-git-dir", "--show-toplevel"],
+        cwd=path,
+        env=hardened_env(),
+        timeout_s=GIT_TIMEOUT_S,
+    )
+    lines = result.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if not result.ok or len(lines) != 2:
+        detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise PreflightError(
+            f"cwd {path} is not a git repository with a work tree"
+            + (f" ({detail[-1]})." if detail else "."),
+            fix="point `cwd` at a git repository (run `git init` and commit first).",
+        )
+    return Repo(git_dir=Path(lines[0]), work_tree=Path(lines[1]))
+
+
+def head_commit(repo: Repo) -> str | None:
+    """The commit HEAD points at, or None for an unborn branch."""
+    result = repo.run("rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+    if not result.ok:
+        return None
+    return result.stdout.decode().strip()
+
+
+def decode_path(raw: bytes) -> str:
+    """Paths from git are bytes; keep undecodable bytes round-trippable."""
+    return raw.decode("utf-8", "surrogateescape")

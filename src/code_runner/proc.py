@@ -1,0 +1,347 @@
+"""THE way code-runner starts a subprocess.
+
+Every child gets its own session (so a timeout can signal the whole group), stdin from
+/dev/null, and a token in its environment so that descendants which `setsid` away can still
+be found and killed. Output goes to files, never pipes (a grandchild holding a pipe would
+block us), with a size cap enforced while the process runs. The runner makes itself a
+child subreaper, so orphaned descendants are re-parented to it and can be reaped.
+
+A result is a value (`ProcResult`); a timeout is exit code 124, as with timeout(1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+TIMEOUT_EXIT_CODE = 124
+TOKEN_ENV = "CODE_RUNNER_PROC_TOKEN"
+DEFAULT_GRACE_S = 2.0
+DEFAULT_HEAD_BYTES = 8 * 1024
+DEFAULT_TAIL_BYTES = 24 * 1024
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    """What happened to one process. Output text is head + tail of what it wrote."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    exit_code: int
+    duration_s: float
+    stdout: str
+    stderr: str
+    stdout_size: int
+    stderr_size: int
+    timed_out: bool = False
+    output_limited: bool = False
+    signal: int | None = None
+    killed_descendants: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        """A short human phrase for the outcome ("exit 0", "timed out after 5.0 s")."""
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.1f} s (exit {TIMEOUT_EXIT_CODE})"
+        if self.output_limited:
+            return f"killed: output exceeded the cap (exit {self.exit_code})"
+        if self.signal is not None:
+            return f"killed by signal {self.signal} (exit {self.exit_code})"
+        return f"exit {self.exit_code}"
+
+
+@dataclass(frozen=True)
+class Captured:
+    """Result of a short command whose output we need in memory (git plumbing)."""
+
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of orphaned descendants (Linux only). Idempotent."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def shell_argv(command: str) -> list[str]:
+    """How a command string is run: bash without rc files, so results do not depend on them."""
+    bash = shutil.which("bash") or "/bin/bash"
+    return [bash, "--noprofile", "--norc", "-c", command]
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    timeout_s: float,
+    stdout_path: Path | None = None,
+    stderr_path: Path | None = None,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    head_bytes: int = DEFAULT_HEAD_BYTES,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    grace_s: float = DEFAULT_GRACE_S,
+) -> ProcResult:
+    """Run `argv` to completion or timeout, killing its whole tree either way."""
+    token = uuid.uuid4().hex
+    child_env = dict(env)
+    child_env[TOKEN_ENV] = token
+    scratch: str | None = None
+    if stdout_path is None or stderr_path is None:
+        scratch = tempfile.mkdtemp(prefix="code-runner-proc-")
+    out_path = stdout_path or Path(scratch or ".") / "stdout"
+    err_path = stderr_path or Path(scratch or ".") / "stderr"
+    try:
+        return _run_to_files(
+            tuple(argv),
+            cwd=str(cwd),
+            env=child_env,
+            token=token,
+            timeout_s=timeout_s,
+            out_path=out_path,
+            err_path=err_path,
+            max_output_bytes=max_output_bytes,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            grace_s=grace_s,
+        )
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_to_files(
+    argv: tuple[str, ...],
+    *,
+    cwd: str,
+    env: dict[str, str],
+    token: str,
+    timeout_s: float,
+    out_path: Path,
+    err_path: Path,
+    max_output_bytes: int,
+    head_bytes: int,
+    tail_bytes: int,
+    grace_s: float,
+) -> ProcResult:
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    err_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with out_path.open("wb") as out_f, err_path.open("wb") as err_f:
+        try:
+            popen = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_f,
+                stderr=err_f,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            err_f.write(f"could not start {argv[0]!r}: {exc.strerror or exc}\n".encode())
+            err_f.flush()
+            return ProcResult(
+                argv=argv,
+                cwd=cwd,
+                exit_code=127,
+                duration_s=time.monotonic() - started,
+                stdout="",
+                stderr=f"could not start {argv[0]!r}: {exc.strerror or exc}",
+                stdout_size=0,
+                stderr_size=0,
+            )
+        timed_out, output_limited = _wait(
+            popen, started + timeout_s, (out_path, err_path), max_output_bytes
+        )
+        if timed_out or output_limited:
+            _terminate(popen, token, grace_s)
+        returncode = popen.wait()
+        killed = _kill_descendants(token, popen.pid, grace_s)
+    duration = time.monotonic() - started
+    sig = -returncode if returncode < 0 else None
+    if timed_out:
+        exit_code = TIMEOUT_EXIT_CODE
+    elif sig is not None:
+        exit_code = 128 + sig
+    else:
+        exit_code = returncode
+    stdout, stdout_size = read_head_tail(out_path, head_bytes, tail_bytes)
+    stderr, stderr_size = read_head_tail(err_path, head_bytes, tail_bytes)
+    return ProcResult(
+        argv=argv,
+        cwd=cwd,
+        exit_code=exit_code,
+        duration_s=duration,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_size=stdout_size,
+        stderr_size=stderr_size,
+        timed_out=timed_out,
+        output_limited=output_limited,
+        signal=sig,
+        killed_descendants=killed,
+    )
+
+
+def _wait(
+    popen: subprocess.Popen[bytes],
+    deadline: float,
+    paths: tuple[Path, Path],
+    max_output_bytes: int,
+) -> tuple[bool, bool]:
+    """Wait for exit; return (timed_out, output_limited). Polls gently, backing off."""
+    interval = 0.005
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return True, False
+        try:
+            popen.wait(timeout=min(interval, remaining))
+            return False, False
+        except subprocess.TimeoutExpired:
+            pass
+        total = 0
+        for path in paths:
+            with contextlib.suppress(OSError):
+                total += path.stat().st_size
+        if total > max_output_bytes:
+            return False, True
+        interval = min(interval * 2, 0.2)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _terminate(popen: subprocess.Popen[bytes], token: str, grace_s: float) -> None:
+    """SIGTERM the group and every tokened descendant, wait `grace_s`, then SIGKILL."""
+    _signal_group(popen.pid, signal.SIGTERM)
+    for proc in _tokened(token, popen.pid):
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    try:
+        popen.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(popen.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        popen.kill()
+
+
+def _tokened(token: str, root_pid: int) -> list[psutil.Process]:
+    """Live processes that carry our token: descendants of ours, or orphans now ours."""
+    found: list[psutil.Process] = []
+    try:
+        candidates = psutil.Process(os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return found
+    for proc in candidates:
+        if proc.pid == root_pid:
+            continue
+        try:
+            if proc.environ().get(TOKEN_ENV) == token:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _kill_descendants(token: str, root_pid: int, grace_s: float) -> int:
+    """Kill anything the command left behind (daemons, setsid escapees); reap our orphans."""
+    _signal_group(root_pid, signal.SIGKILL)
+    leftovers = _tokened(token, root_pid)
+    if not leftovers:
+        return 0
+    for proc in leftovers:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(leftovers, timeout=grace_s)
+    for proc in leftovers:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, os.WNOHANG)
+    return len(leftovers)
+
+
+def read_head_tail(path: Path, head_bytes: int, tail_bytes: int) -> tuple[str, int]:
+    """Return (text, total_size): the whole file if small, else head + marker + tail."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return "", 0
+    with path.open("rb") as f:
+        if size <= head_bytes + tail_bytes:
+            data = f.read()
+            return data.decode("utf-8", errors="replace"), size
+        head = f.read(head_bytes)
+        f.seek(size - tail_bytes)
+        tail = f.read()
+    omitted = size - head_bytes - tail_bytes
+    text = (
+        head.decode("utf-8", errors="replace")
+        + f"\n[... {omitted} bytes omitted ...]\n"
+        + tail.decode("utf-8", errors="replace")
+    )
+    return text, size
+
+
+def capture(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    timeout_s: float,
+    input_bytes: bytes | None = None,
+) -> Captured:
+    """Run a short plumbing command and keep its output in memory (git and friends)."""
+    args = tuple(argv)
+    try:
+        popen = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        return Captured(args, 127, b"", f"could not start {args[0]!r}: {exc}".encode())
+    try:
+        out, err = popen.communicate(input=input_bytes, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(popen.pid, signal.SIGKILL)
+        out, err = popen.communicate()
+        return Captured(args, TIMEOUT_EXIT_CODE, out, err, timed_out=True)
+    return Captured(args, popen.returncode, out, err)
