@@ -68,9 +68,10 @@ class Repo:
 
     git_dir: Path
     work_tree: Path | None
+    overrides: tuple[str, ...] = ()  # extra `-c` pairs, e.g. to switch off the repo's filters
 
     def argv(self, args: Sequence[str]) -> list[str]:
-        base = ["git", *HARDENING, f"--git-dir={self.git_dir}"]
+        base = ["git", *HARDENING, *self.overrides, f"--git-dir={self.git_dir}"]
         if self.work_tree is not None:
             base.append(f"--work-tree={self.work_tree}")
         return [*base, *args]
@@ -127,7 +128,27 @@ def open_source(path: Path) -> Repo:
             + (f" ({detail[-1]})." if detail else "."),
             fix="point `cwd` at a git repository (run `git init` and commit first).",
         )
-    return Repo(git_dir=Path(lines[0]), work_tree=Path(lines[1]))
+    repo = Repo(git_dir=Path(lines[0]), work_tree=Path(lines[1]))
+    return Repo(repo.git_dir, repo.work_tree, overrides=filter_overrides(repo))
+
+
+def filter_overrides(repo: Repo) -> tuple[str, ...]:
+    """`-c` pairs that switch off every content filter the repo's own config defines.
+
+    `git status` would otherwise run a `clean` filter from the source's config (and
+    checkout a `smudge` one); a repo we are asked to work on must not run code in us.
+    """
+    result = repo.run("config", "--null", "--get-regexp", r"^filter\.", check=False)
+    names: set[str] = set()
+    for item in result.stdout.split(b"\0"):
+        key = item.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
+        if key.startswith("filter.") and key.count(".") >= 2:
+            names.add(key[len("filter.") : key.rindex(".")])
+    pairs: list[str] = []
+    for name in sorted(names):
+        for setting in ("clean=", "smudge=", "process=", "required=false"):
+            pairs += ["-c", f"filter.{name}.{setting}"]
+    return tuple(pairs)
 
 
 def head_commit(repo: Repo) -> str | None:

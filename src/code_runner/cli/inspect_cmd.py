@@ -1,0 +1,138 @@
+"""`status`, `watch` and `result`: read a run record, never write it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from code_runner import fsx
+from code_runner.cli import render
+from code_runner.errors import RecordError, UsageError
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise RecordError(f"{path} does not exist.", fix="check the path.") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(
+            f"{path} is not a readable JSON record ({exc}).",
+            fix="point at a run's output_dir, status.json or result.json.",
+        ) from exc
+    if not isinstance(data, dict):
+        raise RecordError(f"{path} does not hold a JSON object.", fix="check the path.")
+    return data
+
+
+def locate(target: Path) -> tuple[Path, Path]:
+    """(status_path, events_path) for an output dir, a status file or a result file."""
+    if target.is_dir():
+        found = sorted(target.glob("*.status.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise UsageError(
+                f"{target} holds no run record (*.status.json).",
+                fix="pass the output_dir of a run, or its status.json or result.json.",
+            )
+        status = found[-1]
+    elif target.name.endswith((".status.json", ".result.json")):
+        status = target.with_name(target.name.rsplit(".", 2)[0] + ".status.json")
+    elif not target.exists():
+        raise UsageError(f"{target} does not exist.", fix="check the path.")
+    else:
+        raise UsageError(
+            f"{target} is not a run record.",
+            fix="pass an output_dir, a *.status.json or a *.result.json file.",
+        )
+    events = status.with_name(status.name.replace(".status.json", ".events.jsonl"))
+    return status, events
+
+
+def _summary(status: dict[str, Any]) -> str:
+    return (
+        f"{status.get('task_id')}: {status.get('state')}"
+        + (f" ({status['step']})" if status.get("step") else "")
+        + f" — round {status.get('round')}/{status.get('max_rounds')}, "
+        f"best score {float(status.get('best_score') or 0):.2f}, updated {status.get('updated_at')}"
+    )
+
+
+@click.command("status")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--tail-events", type=click.IntRange(0, 10_000), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def status_command(target: Path, tail_events: int, as_json: bool) -> int:
+    """Show a run's state (TARGET: output dir, status.json or result.json)."""
+    status_path, events_path = locate(target)
+    status = _load_json(status_path)
+    events = fsx.read_jsonl(events_path)[-tail_events:] if tail_events else []
+    if as_json:
+        render.print_json({"status": status, "events": events})
+        return 0
+    out = render.console()
+    out.print(_summary(status))
+    for event in events:
+        extra = {k: v for k, v in event.items() if k not in {"seq", "ts", "run_id", "kind"}}
+        out.print(f"  {event.get('ts')} {event.get('kind')} {json.dumps(extra, default=str)}")
+    return 0
+
+
+@click.command("watch")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=0,
+              help="Stop watching after this many seconds (0: until the run ends).")
+def watch_command(target: Path, interval: float, timeout_s: float) -> int:
+    """Follow a run live until it reaches a terminal state; exit 0 iff it passed."""
+    out = render.console()
+    status_path, events_path = locate(target)
+    seen = 0
+    started = time.monotonic()
+    last = ""
+    while True:
+        events = fsx.read_jsonl(events_path)
+        for event in events[seen:]:
+            out.print(f"{event.get('ts')} {event.get('kind')} round={event.get('round')}")
+        seen = len(events)
+        status = _load_json(status_path)
+        summary = _summary(status)
+        if summary != last:
+            out.print(summary)
+            last = summary
+        if status.get("terminal"):
+            return 0 if status.get("state") == "passed" else 1
+        if timeout_s and time.monotonic() - started > timeout_s:
+            out.print("stopped watching (timeout); the run goes on")
+            return 124
+        time.sleep(interval)
+
+
+@click.command("result")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+def result_command(file: Path, as_json: bool) -> int:
+    """Show a result file (or an output dir's); exit 0 iff dod_passed."""
+    if file.is_dir():
+        found = sorted(file.glob("*.result.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise UsageError(f"{file} holds no *.result.json.", fix="has the run finished?")
+        file = found[-1]
+    result = _load_json(file)
+    if "dod_passed" not in result or "status" not in result:
+        raise RecordError(
+            f"{file} is not a code-runner result (no status/dod_passed).",
+            fix="pass a *.result.json written by `code-runner run`.",
+        )
+    if as_json:
+        render.print_json(result)
+    else:
+        out = render.console()
+        out.print(f"{result.get('task_id')}: {result['status']} ({result.get('reason')})")
+        for key in ("dod_passed", "rounds", "best_score", "source_unchanged",
+                    "worktree_removed", "patch_artifact", "error"):  # fmt: skip
+            out.print(f"  {key}: {result.get(key)}")
+    return 0 if result["dod_passed"] is True else 1

@@ -1,0 +1,137 @@
+"""`code-runner run` and `code-runner dry-run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from code_runner import runner, snapshot, spec
+from code_runner.cli import render
+from code_runner.errors import SafetyViolation
+
+
+def _overrides(max_rounds: int | None, backend: str | None) -> dict[str, object]:
+    found: dict[str, object] = {}
+    if max_rounds is not None:
+        found["max_rounds"] = max_rounds
+    if backend is not None:
+        found["backend"] = backend
+    return found
+
+
+spec_argument = click.argument(
+    "spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False)
+)
+
+
+@click.command("run")
+@spec_argument
+@click.option("--max-rounds", type=int, help="Override the spec's max_rounds (1..20).")
+@click.option("--backend", help="Override the spec's backend (e.g. scripted:fix.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
+def run_command(
+    spec_path: Path, max_rounds: int | None, backend: str | None, as_json: bool
+) -> int:
+    """Run a task spec; exit 0 iff the DoD passed on the patch.
+
+    The agent works in a disposable checkout; the source repo stays byte-identical.
+    The patch and the full record land in the spec's output_dir.
+    """
+    task = spec.load_spec(spec_path, overrides=_overrides(max_rounds, backend))
+    pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
+    out = render.console(stderr=True)
+    for warning in pre.warnings:
+        out.print(f"[yellow]warning:[/] {warning}")
+    listeners: list[Any] = [] if as_json else [render.ProgressPrinter(out)]
+    outcome = runner.run_task(pre, listeners=listeners)
+    result = outcome.result
+    if as_json:
+        render.print_json(result)
+    else:
+        colour = "green" if outcome.passed else "red"
+        out.print(
+            f"[{colour}]{result['status']}[/] ({result['reason']}) after "
+            f"{result['rounds']} round(s), best score {result['best_score']:.2f}"
+        )
+        if result.get("error"):
+            out.print(f"  {result['error']}")
+        out.print(f"  patch:  {result.get('patch_artifact')}")
+        out.print(f"  result: {outcome.record_paths.result}")
+    if not result["source_unchanged"]:
+        raise SafetyViolation(
+            "the source repo changed during the run: " + "; ".join(result["source_differences"]),
+            fix="inspect the source repo with `git status` and `git reflog`; "
+            "the run's events.jsonl shows every command the agent ran.",
+        )
+    if outcome.passed:
+        return 0
+    return 130 if result["status"] == "interrupted" else 1
+
+
+@click.command("dry-run")
+@spec_argument
+@click.option("--explain-risk", is_flag=True, help="List what could go wrong and why.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int:
+    """Validate a spec and show what a run would do. Creates nothing."""
+    task = spec.load_spec(spec_path)
+    pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
+    snap = snapshot.take(pre.source)
+    dirty = [line[3:] for line in snap.status]
+    overlap = [p for p in dirty if task.allowlist_policy.allows(p)]
+    plan: dict[str, Any] = {
+        "task_id": task.task_id,
+        "source": str(pre.source.work_tree),
+        "base": pre.base,
+        "backend": task.backend,
+        "agent": pre.agent.name,
+        "allowlist": list(task.allowlist_policy.entries),
+        "definition_of_done": task.definition_of_done.model_dump(),
+        "max_rounds": task.max_rounds,
+        "timeout_s": task.timeout_s,
+        "output_dir": str(task.output_dir),
+        "output_dir_exists": task.output_dir.exists(),
+        "mode": "apply to source" if task.apply_to_source else "patch only",
+        "warnings": list(pre.warnings),
+    }
+    risks: list[str] = []
+    if explain_risk:
+        if dirty:
+            risks.append(
+                f"the source has {len(dirty)} uncommitted change(s); the workspace starts "
+                "from the base commit and will not see them"
+            )
+        if overlap:
+            risks.append(
+                "uncommitted source changes overlap the allowlist: " + ", ".join(overlap[:10])
+            )
+        if any(entry.count("/") == 0 and "." not in entry for entry in plan["allowlist"]):
+            risks.append("a top-level directory is allowlisted: the agent may rewrite all of it")
+        if "exit_code" not in task.definition_of_done.assertion:
+            risks.append(
+                "the assertion matches output text; make sure a failing run cannot print it"
+            )
+        if plan["output_dir_exists"]:
+            risks.append("output_dir exists: files of an earlier run of this task_id are replaced")
+        risks.append(
+            "without an OS sandbox, agent commands run as you; the command policy and the "
+            "source snapshot are the guard"
+        )
+        plan["risks"] = risks
+    if as_json:
+        render.print_json(plan)
+        return 0
+    out = render.console()
+    out.print(f"[bold]{task.task_id}[/]: {task.title}")
+    for key in ("source", "base", "backend", "allowlist", "output_dir", "mode", "max_rounds"):
+        out.print(f"  {key}: {plan[key]}")
+    dod = task.definition_of_done
+    out.print(f"  DoD: {dod.command!r} must satisfy {dod.assertion!r} within {dod.timeout_s:g} s")
+    for warning in pre.warnings:
+        out.print(f"  [yellow]warning:[/] {warning}")
+    for risk in risks:
+        out.print(f"  [yellow]risk:[/] {risk}")
+    out.print("nothing was created.")
+    return 0

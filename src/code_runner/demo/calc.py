@@ -1,0 +1,9 @@
+"""A tiny calculator with two bugs for the demo to fix."""
+
+
+def add(a: int, b: int) -> int:
+    return a - b
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / (len(values) + 1)

@@ -1,0 +1,275 @@
+"""The run record: the files in `output_dir` that say what happened, written as it happens.
+
+Every state change is one event in `{task_id}.events.jsonl` and a fresh
+`{task_id}.status.json`; every whole file is written atomically. The state machine lives
+here: states are an Enum and the allowed transitions are one table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from code_runner import fsx
+from code_runner.errors import CodeRunnerError
+from code_runner.events import EventKind
+
+SCHEMA_VERSION = 1
+
+
+class RunState(StrEnum):
+    PENDING = "pending"
+    PREPARING = "preparing"
+    BASELINE = "baseline"  # round 0: is the DoD already satisfied?
+    AGENT = "agent"
+    AUDITING = "auditing"
+    VERIFYING = "verifying"
+    EXPORTING = "exporting"
+    RELEASING = "releasing"
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+    ABANDONED = "abandoned"  # the process died; set by `gc`
+
+
+TERMINAL_STATES = frozenset(
+    {RunState.PASSED, RunState.FAILED, RunState.ERROR, RunState.INTERRUPTED, RunState.ABANDONED}
+)
+
+_WORKING = {
+    RunState.PREPARING,
+    RunState.BASELINE,
+    RunState.AGENT,
+    RunState.AUDITING,
+    RunState.VERIFYING,
+    RunState.EXPORTING,
+    RunState.RELEASING,
+}
+_ENDINGS = {RunState.FAILED, RunState.ERROR, RunState.INTERRUPTED}
+
+TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    RunState.PENDING: frozenset({RunState.PREPARING, *_ENDINGS}),
+    RunState.PREPARING: frozenset({RunState.BASELINE, RunState.RELEASING, *_ENDINGS}),
+    RunState.BASELINE: frozenset({RunState.AGENT, RunState.EXPORTING, RunState.RELEASING}),
+    RunState.AGENT: frozenset({RunState.AUDITING, RunState.EXPORTING, RunState.RELEASING}),
+    RunState.AUDITING: frozenset({RunState.VERIFYING, RunState.EXPORTING, RunState.RELEASING}),
+    RunState.VERIFYING: frozenset({RunState.AGENT, RunState.EXPORTING, RunState.RELEASING}),
+    RunState.EXPORTING: frozenset({RunState.RELEASING}),
+    RunState.RELEASING: frozenset({RunState.PASSED, *_ENDINGS}),
+    **{state: frozenset() for state in TERMINAL_STATES},
+}
+# A crash or signal can end a run from any working state.
+for _state in _WORKING:
+    TRANSITIONS[_state] = TRANSITIONS[_state] | {RunState.ERROR, RunState.INTERRUPTED}
+for _state in _WORKING | {RunState.PENDING}:
+    TRANSITIONS[_state] = TRANSITIONS[_state] | {RunState.ABANDONED}
+
+
+class ResultStatus(StrEnum):
+    PASSED = "passed"
+    ALREADY_SATISFIED = "already_satisfied"
+    FAILED = "failed"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+    ABANDONED = "abandoned"
+
+
+class Reason(StrEnum):
+    """Why a run ended. Stable codes for machines; the `error` field carries the words."""
+
+    DOD_PASSED = "dod_passed"
+    ALREADY_SATISFIED = "already_satisfied"
+    DOD_FAILED = "dod_failed"
+    NO_ALLOWED_CHANGES = "no_allowed_changes"
+    RUN_TIMEOUT = "run_timeout"
+    AGENT_ERROR = "agent_error"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    SAFETY_VIOLATION = "safety_violation"
+    SOURCE_CHANGED = "source_changed"
+    PATCH_INVALID = "patch_invalid"
+    INTERRUPTED = "interrupted"
+    WORKSPACE_ERROR = "workspace_error"
+    INTERNAL_ERROR = "internal_error"
+    ABANDONED = "abandoned"
+
+
+class IllegalTransition(CodeRunnerError):
+    exit_code = 70
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class RecordPaths:
+    output_dir: Path
+    task_id: str
+
+    def file(self, suffix: str) -> Path:
+        return self.output_dir / f"{self.task_id}.{suffix}"
+
+    @property
+    def request(self) -> Path:
+        return self.file("request.json")
+
+    @property
+    def status(self) -> Path:
+        return self.file("status.json")
+
+    @property
+    def events(self) -> Path:
+        return self.file("events.jsonl")
+
+    @property
+    def rounds(self) -> Path:
+        return self.file("rounds.jsonl")
+
+    @property
+    def response(self) -> Path:
+        return self.file("response.txt")
+
+    @property
+    def result(self) -> Path:
+        return self.file("result.json")
+
+    @property
+    def patch(self) -> Path:
+        return self.file("patch")
+
+    @property
+    def hunk(self) -> Path:
+        return self.file("hunk.md")
+
+    @property
+    def verifier_log(self) -> Path:
+        return self.file("verifier.log")
+
+
+Listener = Callable[[EventKind, dict[str, Any]], None]
+
+
+class RunRecord:
+    """Writes one run's record. Also the run's `EventSink`: tools and agents report here."""
+
+    def __init__(self, paths: RecordPaths, run_id: str, *, max_rounds: int) -> None:
+        self.paths = paths
+        self.run_id = run_id
+        self.max_rounds = max_rounds
+        self.state = RunState.PENDING
+        self.round = 0
+        self.best_score = 0.0
+        self.step = ""
+        self._seq = 0
+        self._listeners: list[Listener] = []
+        self._started = time.monotonic()
+
+    @classmethod
+    def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        paths = RecordPaths(output_dir, task_id)
+        # a record is one run: clear what a previous run with this task id left here
+        for suffix in (
+            "status.json", "events.jsonl", "rounds.jsonl", "response.txt", "result.json",
+            "patch", "hunk.md", "verifier.log",
+        ):  # fmt: skip
+            path = paths.file(suffix)
+            if path.exists():
+                path.unlink()
+        record = cls(paths, run_id, max_rounds=max_rounds)
+        record.write_status()
+        return record
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    # --- EventSink ---------------------------------------------------------------------
+
+    def emit(self, kind: EventKind, /, **data: object) -> None:
+        self._seq += 1
+        event: dict[str, Any] = {
+            "seq": self._seq,
+            "ts": utc_now(),
+            "elapsed_s": round(time.monotonic() - self._started, 3),
+            "run_id": self.run_id,
+            "kind": kind.value,
+            "round": self.round,
+            **data,
+        }
+        fsx.append_jsonl(self.paths.events, event)
+        for listener in self._listeners:
+            listener(kind, event)
+
+    # --- state -------------------------------------------------------------------------
+
+    def transition(self, new: RunState, *, step: str = "", **data: object) -> None:
+        if new is not self.state and new not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"illegal run state change {self.state} -> {new}")
+        old = self.state
+        self.state = new
+        self.step = step
+        self.emit(EventKind.STATE_CHANGED, from_state=old.value, to_state=new.value, step=step, **data)
+        self.write_status()
+
+    def set_round(self, index: int) -> None:
+        self.round = index
+        self.write_status()
+
+    def set_best(self, score: float) -> None:
+        self.best_score = score
+        self.write_status()
+
+    def write_status(self) -> None:
+        fsx.atomic_write_json(
+            self.paths.status,
+            {
+                "schema_version": SCHEMA_VERSION,
+                "run_id": self.run_id,
+                "task_id": self.paths.task_id,
+                "state": self.state.value,
+                "terminal": self.state in TERMINAL_STATES,
+                "step": self.step,
+                "round": self.round,
+                "max_rounds": self.max_rounds,
+                "best_score": self.best_score,
+                "updated_at": utc_now(),
+                "pid": os.getpid(),
+            },
+        )
+
+    # --- artifacts ---------------------------------------------------------------------
+
+    def write_request(self, request: dict[str, Any]) -> None:
+        fsx.atomic_write_json(self.paths.request, request)
+
+    def append_round(self, details: dict[str, Any]) -> None:
+        fsx.append_jsonl(self.paths.rounds, details)
+
+    def append_response(self, round_index: int, text: str) -> None:
+        previous = ""
+        if self.paths.response.exists():
+            previous = self.paths.response.read_text(errors="replace")
+        block = f"## round {round_index}\n{text.rstrip()}\n\n" if text.strip() else ""
+        fsx.atomic_write_text(self.paths.response, previous + block)
+
+    def write_patch(self, patch: bytes, review: str) -> str:
+        fsx.atomic_write_bytes(self.paths.patch, patch)
+        fsx.atomic_write_text(self.paths.hunk, review)
+        return hashlib.sha256(patch).hexdigest()
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        fsx.atomic_write_json(self.paths.result, {"schema_version": SCHEMA_VERSION, **result})
+
+
+def hunk_markdown(task_id: str, title: str, review: str) -> str:
+    """The human review page for a patch: stat and full diff, rendered with `--text`."""
+    body = review if review.strip() else "(no changes)\n"
+    return f"# {task_id}: {title}\n\n```diff\n{body.rstrip()}\n```\n"

@@ -1,0 +1,495 @@
+"""Rounds, scoring, best patch: one task from spec to result.
+
+    preflight -> snapshot source -> workspace -> round 0 (DoD already passes?) ->
+    rounds 1..N: agent -> audit -> DoD on base+patch -> score -> keep best / restore ->
+    export best patch -> release workspace (always) -> snapshot source again -> result
+
+The agent only edits; everything that decides the outcome (audit, DoD, score, patch) is
+computed here from real git state and real exit codes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from code_runner import agents, gitx, proc, snapshot, verify, workspace
+from code_runner.agents.base import Agent, AgentOutcome, AgentStop, RoundContext
+from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
+from code_runner.events import EventKind
+from code_runner.record import (
+    Reason,
+    RecordPaths,
+    ResultStatus,
+    RunRecord,
+    RunState,
+    hunk_markdown,
+)
+from code_runner.spec import TaskSpec, spec_to_request
+from code_runner.tools import Toolbox
+
+_ENV_PASSTHROUGH = ("PATH", "LANG", "TZ", "VIRTUAL_ENV", "PYTHONPATH")
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What preflight established; nothing has been created yet."""
+
+    spec: TaskSpec
+    source: gitx.Repo
+    base: str
+    agent: Agent
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class Best:
+    score: float
+    tree: str
+    round_index: int
+    passed: bool = False
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    status: ResultStatus
+    reason: Reason
+    result: dict[str, Any]
+    record_paths: RecordPaths
+
+    @property
+    def passed(self) -> bool:
+        return self.status in (ResultStatus.PASSED, ResultStatus.ALREADY_SATISFIED)
+
+
+def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
+    """Every check that can fail before anything is created."""
+    source = gitx.open_source(spec.cwd)
+    assert source.work_tree is not None
+    if spec.apply_to_source:
+        raise PreflightError(
+            "apply_to_source is not available in this version; runs are patch-only.",
+            fix="remove apply_to_source/commit_on_success and apply the patch yourself "
+            "(`git apply OUTPUT_DIR/TASK.patch`).",
+        )
+    base_ref = spec.base or "HEAD"
+    result = source.run("rev-parse", "--verify", "--quiet", f"{base_ref}^{{commit}}", check=False)
+    if not result.ok:
+        what = "has no commits yet" if spec.base is None else f"has no commit {spec.base!r}"
+        raise PreflightError(
+            f"the source repo {source.work_tree} {what}.",
+            fix="commit at least once, or set `base` to an existing commit.",
+        )
+    base = result.stdout.decode().strip()
+    agent = agents.make_agent(spec.backend, base_dir=base_dir)
+    warnings: list[str] = []
+    if shutil.which("rg") is None:
+        warnings.append("ripgrep (rg) is not installed: the search_code tool will fail")
+    output = spec.output_dir
+    probe = output
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise PreflightError(
+            f"output_dir {output} cannot be created: {probe} is not writable.",
+            fix="choose an output_dir you can write to.",
+        )
+    return Preflight(spec=spec, source=source, base=base, agent=agent, warnings=tuple(warnings))
+
+
+def command_env(ws: workspace.Workspace) -> dict[str, str]:
+    """The environment for tool commands and the DoD: no secrets, a private HOME and TMPDIR."""
+    env = {k: os.environ[k] for k in _ENV_PASSTHROUGH if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(
+        {
+            "HOME": str(ws.home_dir),
+            "TMPDIR": str(ws.tmp_dir),
+            "LANG": env.get("LANG", "C.UTF-8"),
+            "LC_ALL": "C.UTF-8",
+            "TERM": "dumb",
+            "NO_COLOR": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+        }
+    )
+    return env
+
+
+def new_run_id(task_id: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{task_id[:48]}-{stamp}-{secrets.token_hex(3)}"
+
+
+@contextlib.contextmanager
+def signals_as_interrupt(record: RunRecord) -> Iterator[None]:
+    """SIGINT/SIGTERM become `Interrupted` so `finally` blocks release the workspace.
+
+    A second signal during cleanup is recorded and ignored: cleanup must finish.
+    """
+    received: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        record.emit(EventKind.SIGNAL_RECEIVED, signal=signal.Signals(signum).name)
+        if received:
+            return
+        received.append(signum)
+        raise Interrupted(f"received {signal.Signals(signum).name}")
+
+    if not _in_main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+class TaskRun:
+    """One execution of a task. Construct, then `execute()`; the record says the rest."""
+
+    def __init__(self, pre: Preflight, record: RunRecord, run_id: str) -> None:
+        self.pre = pre
+        self.spec = pre.spec
+        self.record = record
+        self.run_id = run_id
+        self.deadline = time.monotonic() + self.spec.timeout_s
+        self.rounds: list[dict[str, Any]] = []
+        self.ws: workspace.Workspace | None = None
+        self.best: Best | None = None
+        self.status = ResultStatus.FAILED
+        self.reason = Reason.DOD_FAILED
+        self.error: str | None = None
+        self.patch_info: dict[str, Any] = {}
+        self.violations: list[str] = []
+        self.dropped: list[dict[str, object]] = []
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def _rounds(self, ws: workspace.Workspace) -> None:
+        spec = self.spec
+        toolbox = Toolbox(
+            ws.work_tree,
+            allowlist=spec.allowlist_policy,
+            source_dir=ws.source_dir,
+            env=command_env(ws),
+            events=self.record,
+        )
+        git_before = workspace.git_state(ws)
+        self.record.transition(RunState.BASELINE, step="round 0: is the DoD already satisfied?")
+        verdict = self._dod(ws, "round 0 (base)")
+        base_tree = workspace.current_tree(ws)
+        self.best = Best(score=verify.score(verdict) if not verdict.passed else 1.0,
+                         tree=base_tree, round_index=0, passed=verdict.passed)  # fmt: skip
+        self.rounds.append({"round": 0, "verdict": verdict.to_dict(), "score": self.best.score})
+        self.record.append_round(self.rounds[-1])
+        if verdict.passed:
+            self.status, self.reason = ResultStatus.ALREADY_SATISFIED, Reason.ALREADY_SATISFIED
+            return
+        self.best.score = min(self.best.score, 0.0)  # the base itself is never "progress"
+        previous = verdict
+        for index in range(1, spec.max_rounds + 1):
+            if self._out_of_time():
+                return
+            self.record.set_round(index)
+            self.record.emit(EventKind.ROUND_STARTED, max_rounds=spec.max_rounds)
+            started = time.monotonic()
+            self.record.transition(RunState.AGENT, step=f"round {index}: agent")
+            ctx = RoundContext(
+                task=spec, round_index=index, max_rounds=spec.max_rounds,
+                workspace_dir=ws.work_tree, previous_verdict=previous,
+            )  # fmt: skip
+            self.record.emit(EventKind.AGENT_STARTED, backend=spec.backend)
+            try:
+                outcome = self.pre.agent.run_round(ctx, toolbox, self.record)
+            except Interrupted:
+                raise
+            except CodeRunnerError as exc:
+                outcome = AgentOutcome(AgentStop.ERROR, error=exc.render())
+            self.record.emit(
+                EventKind.AGENT_FINISHED, stop=outcome.stop.value, turns=outcome.turns,
+                error=outcome.error,
+            )  # fmt: skip
+            self.record.append_response(index, outcome.response)
+            self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
+            audit = workspace.audit(ws, spec.allowlist_policy, git_before)
+            self.record.emit(EventKind.AUDIT, **audit.to_dict())
+            if audit.rejected:
+                self.dropped.extend(r.to_dict() | {"round": index} for r in audit.rejected)
+                self.record.emit(
+                    EventKind.CHANGES_DROPPED, paths=[r.change.path for r in audit.rejected]
+                )
+            details: dict[str, Any] = {
+                "round": index,
+                "agent_stop": outcome.stop.value,
+                "agent_turns": outcome.turns,
+                "agent_error": outcome.error,
+                "audit": audit.to_dict(),
+            }
+            if audit.violations:
+                self.violations.extend(audit.violations)
+                self.status, self.reason = ResultStatus.FAILED, Reason.SAFETY_VIOLATION
+                self.error = "; ".join(audit.violations)
+                details["duration_s"] = round(time.monotonic() - started, 3)
+                self._finish_round(details)
+                return
+            self.record.transition(RunState.VERIFYING, step=f"round {index}: DoD")
+            verdict = self._dod(ws, f"round {index}")
+            passed = verdict.passed and audit.changed_allowed
+            score = 1.0 if passed else min(verify.score(verdict), 0.49)
+            tree = workspace.current_tree(ws)
+            details.update(verdict=verdict.to_dict(), score=score, passed=passed)
+            assert self.best is not None
+            if score >= self.best.score and audit.changed_allowed:
+                self.best = Best(score=score, tree=tree, round_index=index, passed=passed)
+                self.record.set_best(score)
+                self.record.emit(EventKind.BEST_KEPT, score=score, tree=tree)
+                details["kept"] = True
+            elif tree != self.best.tree:
+                workspace.restore_tree(ws, self.best.tree)
+                self.record.emit(
+                    EventKind.BEST_RESTORED, score=score, best_score=self.best.score,
+                    best_round=self.best.round_index,
+                )  # fmt: skip
+                details["restored_to_round"] = self.best.round_index
+            details["duration_s"] = round(time.monotonic() - started, 3)
+            self._finish_round(details)
+            previous = verdict
+            if passed:
+                self.status, self.reason = ResultStatus.PASSED, Reason.DOD_PASSED
+                return
+            if outcome.stop is AgentStop.BUDGET:
+                self.reason, self.error = Reason.BUDGET_EXHAUSTED, outcome.error
+                return
+            if outcome.stop is AgentStop.ERROR:
+                self.reason, self.error = Reason.AGENT_ERROR, outcome.error
+                return
+        if self.best is not None and self.best.round_index == 0:
+            self.reason = Reason.NO_ALLOWED_CHANGES if self._no_changes() else Reason.DOD_FAILED
+
+    def _no_changes(self) -> bool:
+        return all(not r.get("audit", {}).get("allowed") for r in self.rounds[1:])
+
+    def _finish_round(self, details: dict[str, Any]) -> None:
+        self.rounds.append(details)
+        self.record.append_round(details)
+        self.record.emit(
+            EventKind.ROUND_FINISHED, score=details.get("score"), passed=details.get("passed"),
+        )  # fmt: skip
+
+    def _out_of_time(self) -> bool:
+        if time.monotonic() < self.deadline:
+            return False
+        self.reason = Reason.RUN_TIMEOUT
+        self.error = f"the run exceeded its timeout of {self.spec.timeout_s:g} s"
+        return True
+
+    def _dod(self, ws: workspace.Workspace, label: str) -> verify.Verdict:
+        dod = self.spec.definition_of_done
+        remaining = max(1.0, self.deadline - time.monotonic())
+        if remaining < dod.timeout_s:
+            dod = dod.model_copy(update={"timeout_s": remaining})
+        self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
+        verdict = verify.run_dod(
+            dod, cwd=ws.work_tree, env=command_env(ws),
+            log_path=self.record.paths.verifier_log, label=label,
+        )  # fmt: skip
+        self.record.emit(
+            EventKind.DOD_FINISHED, label=label, passed=verdict.passed,
+            exit_code=verdict.exit_code, reason=verdict.reason,
+        )  # fmt: skip
+        return verdict
+
+    # --- export ------------------------------------------------------------------------
+
+    def _export(self, ws: workspace.Workspace) -> None:
+        self.record.transition(RunState.EXPORTING, step="export patch")
+        assert self.best is not None
+        if workspace.current_tree(ws) != self.best.tree:
+            workspace.restore_tree(ws, self.best.tree)
+        patch = workspace.export_patch(ws)
+        review = workspace.review_diff(ws)
+        digest = self.record.write_patch(
+            patch, hunk_markdown(self.spec.task_id, self.spec.title, review)
+        )
+        applies, detail = workspace.patch_applies_on_base(ws, patch)
+        changed = [c.to_dict() for c in workspace.read_changes(ws)]
+        self.patch_info = {
+            "patch_artifact": str(self.record.paths.patch),
+            "patch_sha256": digest,
+            "patch_bytes": len(patch),
+            "patch_applies_on_base": applies,
+            "changed_files": changed,
+            "best_round": self.best.round_index,
+        }
+        self.record.emit(
+            EventKind.PATCH_EXPORTED, bytes=len(patch), sha256=digest, applies=applies,
+            files=[c["path"] for c in changed],
+        )  # fmt: skip
+        if not applies:
+            self.status, self.reason = ResultStatus.ERROR, Reason.PATCH_INVALID
+            self.error = f"the exported patch does not apply to base: {detail}"
+
+    # --- the whole run -----------------------------------------------------------------
+
+    def execute(self) -> RunOutcome:
+        spec, record = self.spec, self.record
+        proc.become_subreaper()
+        started_at = datetime.now(UTC)
+        t0 = time.monotonic()
+        record.write_request(
+            {"run_id": self.run_id, "spec": spec_to_request(spec), "base": self.pre.base,
+             "code_runner_version": _version(), "pid": os.getpid(), "requested_at": _iso(started_at)}
+        )  # fmt: skip
+        record.emit(EventKind.RUN_STARTED, task_id=spec.task_id, backend=spec.backend,
+                    base=self.pre.base)  # fmt: skip
+        before = snapshot.take(self.pre.source)
+        released = False
+        with signals_as_interrupt(record):
+            try:
+                record.transition(RunState.PREPARING, step="create workspace")
+                self.ws = workspace.create(
+                    self.pre.source, self.pre.base, run_id=self.run_id, output_dir=spec.output_dir
+                )
+                record.emit(EventKind.WORKSPACE_CREATED, path=str(self.ws.work_tree))
+                self._rounds(self.ws)
+                if self.ws is not None and self.best is not None:
+                    self._export(self.ws)
+            except Interrupted as exc:
+                self.status, self.reason, self.error = (
+                    ResultStatus.INTERRUPTED, Reason.INTERRUPTED, exc.message,
+                )  # fmt: skip
+            except CodeRunnerError as exc:
+                self.status, self.reason = ResultStatus.ERROR, Reason.WORKSPACE_ERROR
+                self.error = exc.render()
+                record.emit(EventKind.ERROR, message=exc.render())
+            except Exception as exc:
+                self.status, self.reason = ResultStatus.ERROR, Reason.INTERNAL_ERROR
+                self.error = f"{type(exc).__name__}: {exc}"
+                record.emit(EventKind.ERROR, message=self.error)
+                raise
+            finally:
+                if record.state not in (RunState.RELEASING,):
+                    with contextlib.suppress(CodeRunnerError):
+                        record.transition(RunState.RELEASING, step="release workspace")
+                if self.ws is not None:
+                    released = workspace.release(self.ws)
+                    record.emit(EventKind.WORKSPACE_RELEASED, removed=released)
+                after = snapshot.take(self.pre.source)
+                diffs = snapshot.differences(before, after)
+                record.emit(EventKind.SOURCE_CHECKED, unchanged=not diffs, differences=diffs)
+                if diffs:
+                    self.status, self.reason = ResultStatus.FAILED, Reason.SOURCE_CHANGED
+                    self.error = "the source repo changed during the run: " + "; ".join(diffs)
+                result = self._result(before, after, diffs, released, started_at, t0)
+                record.write_result(result)
+                final = {
+                    ResultStatus.PASSED: RunState.PASSED,
+                    ResultStatus.ALREADY_SATISFIED: RunState.PASSED,
+                    ResultStatus.FAILED: RunState.FAILED,
+                    ResultStatus.INTERRUPTED: RunState.INTERRUPTED,
+                }.get(self.status, RunState.ERROR)
+                record.transition(final, step="done", status=self.status.value)
+                record.emit(EventKind.RUN_FINISHED, status=self.status.value,
+                            reason=self.reason.value)  # fmt: skip
+        return RunOutcome(self.status, self.reason, result, record.paths)
+
+    def _result(
+        self,
+        before: snapshot.SourceSnapshot,
+        after: snapshot.SourceSnapshot,
+        diffs: list[str],
+        released: bool,
+        started_at: datetime,
+        t0: float,
+    ) -> dict[str, Any]:
+        spec = self.spec
+        dod_passed = self.status in (ResultStatus.PASSED, ResultStatus.ALREADY_SATISFIED)
+        return {
+            "run_id": self.run_id,
+            "task_id": spec.task_id,
+            "title": spec.title,
+            "status": self.status.value,
+            "reason": self.reason.value,
+            "dod_passed": dod_passed,
+            "error": self.error,
+            "backend": spec.backend,
+            "base": self.pre.base,
+            "rounds": max(0, len(self.rounds) - 1),
+            "max_rounds": spec.max_rounds,
+            "best_score": self.best.score if self.best else 0.0,
+            "best_round": self.best.round_index if self.best else None,
+            "patch_artifact": None,
+            **self.patch_info,
+            "worktree_path": str(self.ws.work_tree) if self.ws else None,
+            "worktree_removed": released or self.ws is None,
+            "source_head_before": before.head,
+            "source_head_after": after.head,
+            "source_status_before": list(before.status),
+            "source_status_after": list(after.status),
+            "source_unchanged": not diffs,
+            "source_differences": diffs,
+            "safety_violations": self.violations,
+            "dropped_changes": self.dropped,
+            "round_details": self.rounds,
+            "apply_to_source": spec.apply_to_source,
+            "source_patch_applied": False,
+            "source_dod_passed": None,
+            "source_commit": None,
+            "source_rollback_applied": False,
+            "source_apply_error": None,
+            "started_at": _iso(started_at),
+            "finished_at": _iso(datetime.now(UTC)),
+            "duration_s": round(time.monotonic() - t0, 3),
+            "record_files": {
+                name: str(getattr(self.record.paths, name))
+                for name in ("request", "status", "events", "rounds", "response", "result",
+                             "patch", "hunk", "verifier_log")
+            },  # fmt: skip
+        }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _version() -> str:
+    from code_runner import __version__
+
+    return __version__
+
+
+def run_task(pre: Preflight, *, listeners: list[Any] | None = None) -> RunOutcome:
+    """Run a preflighted task to its end. The record is in `pre.spec.output_dir`."""
+    run_id = new_run_id(pre.spec.task_id)
+    record = RunRecord.open(
+        pre.spec.output_dir, pre.spec.task_id, run_id, max_rounds=pre.spec.max_rounds
+    )
+    for listener in listeners or []:
+        record.subscribe(listener)
+    return TaskRun(pre, record, run_id).execute()
+
+
+__all__ = ["Preflight", "RunOutcome", "TaskRun", "command_env", "preflight", "run_task"]
