@@ -1,0 +1,181 @@
+"""`code-runner exec`: run any command under the experiment monitor.
+
+The command runs exactly as given, after it is shown and confirmed (or `--yes`). The monitor
+checks it every interval and raises advisory alerts; only the hard timeout kills it (exit
+124). Exit codes: 0 completed with criteria met, 1 crashed / criteria not met / killed by the
+user / not started, 2 bad input, 124 timeout, 130 interrupted.
+
+Testing note: the check interval is bounded to 10..300 s; the environment variable
+`CODE_RUNNER_MIN_INTERVAL_S` lowers the lower bound (tests and demos use 0.05).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from code_runner.errors import Interrupted, RunTimeout, UsageError
+from code_runner.monitor.detect import Detection, detect_type
+from code_runner.monitor.experiment import Experiment
+from code_runner.monitor.launch import check_launchable
+from code_runner.monitor.record import RunRecord, check_run_dir, default_run_dir
+from code_runner.monitor.result import ExperimentResult
+from code_runner.monitor.spec import (
+    ExperimentSpec,
+    ExperimentType,
+    build_spec,
+    load_spec_file,
+)
+from code_runner.monitor.state import ExperimentState
+from code_runner.monitor.ui import PlainUI, choose_ui
+
+_TYPES = ", ".join(t.value for t in ExperimentType)
+
+
+@click.command(
+    "exec",
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "allow_interspersed_args": False,
+    },
+)
+@click.option("--spec", "spec_path", metavar="FILE", help="YAML/JSON file with these options.")
+@click.option("--cwd", metavar="DIR", help="Directory to run in (default: the current one).")
+@click.option(
+    "--timeout", metavar="DURATION", help="Hard timeout, e.g. 90s, 30m, 2h (default 30m)."
+)
+@click.option(
+    "--expect",
+    multiple=True,
+    metavar="PATH",
+    help="Expected output (file, dir or glob); repeatable.",
+)
+@click.option(
+    "--success",
+    multiple=True,
+    metavar="CRITERION",
+    help="e.g. 'exit_code == 0', 'file out.csv > 0 bytes', 'metric loss < 0.5'; repeatable.",
+)
+@click.option(
+    "--monitor", multiple=True, metavar="PATH", help="Log or output file to watch; repeatable."
+)
+@click.option("--type", "type_", metavar="TYPE", help=f"One of {_TYPES} (default: auto-detected).")
+@click.option("--interval", metavar="DURATION", help="Check interval, 10..300 s (default 30s).")
+@click.option(
+    "--run-dir", metavar="DIR", help="Record dir (default ./code-runner-exec/<time-id>/)."
+)
+@click.option(
+    "--grace", metavar="DURATION", help="SIGTERM-to-SIGKILL grace on timeout (default 10s)."
+)
+@click.option(
+    "--stall-checks", metavar="N", help="Unchanged checks before a stall alert (default 3)."
+)
+@click.option("--memory-factor", metavar="X", help="Alert above X times the baseline (default 3).")
+@click.option(
+    "--memory-warmup", metavar="DURATION", help="Baseline taken after this (default 60s)."
+)
+@click.option("--metric", metavar="NAME", help="Metric for the plateau check (default: *loss*).")
+@click.option("--metric-regex", metavar="REGEX", help="Named groups: (?P<key>..)(?P<value>..).")
+@click.option(
+    "--patience", metavar="N", help="Plateau after N points without improvement (default 5)."
+)
+@click.option(
+    "--min-delta", metavar="X", help="Improvement threshold, relative to |best| (default 0.001)."
+)
+@click.option(
+    "--slow-ratio", metavar="X", help="Slow progress below X of the early rate (default 0.5)."
+)
+@click.option("--progress-total", metavar="N", help="Total for counters that do not print one.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before running.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def exec_command(
+    spec_path: str | None,
+    yes: bool,
+    command: tuple[str, ...],
+    **options: Any,
+) -> None:
+    """Run COMMAND under the experiment monitor: exec [OPTIONS] -- COMMAND..."""
+    spec, source = _spec_from(spec_path, command, options)
+    check_launchable(spec.argv, spec.cwd, os.environ)
+    run_dir = spec.run_dir or default_run_dir(Path.cwd())
+    check_run_dir(run_dir)
+    ui = choose_ui()
+    detection = (
+        Detection(spec.type, ("given",), False, ())
+        if spec.type
+        else detect_type(spec.argv, spec.cwd)
+    )
+    if not yes:
+        if not ui.interactive:
+            raise UsageError(
+                f"refusing to run `{spec.display_command}` without confirmation: there is no "
+                "terminal to ask on",
+                fix="check the command, then pass --yes (-y) to run it without asking",
+            )
+        ui.show_plan(spec, detection, run_dir)
+        spec = _maybe_choose_type(spec, detection, ui)
+        if ui.ask("Proceed? [y/N]").lower() not in ("y", "yes"):
+            ui.say("Not started.")
+            click.get_current_context().exit(1)
+    else:
+        ui.show_plan(spec, detection, run_dir)
+    record = RunRecord(run_dir)
+    result = Experiment(spec, detection, record, ui).run()
+    ui.finished(result, run_dir)
+    _exit_for(result, spec, run_dir, source)
+
+
+def _spec_from(
+    spec_path: str | None, command: tuple[str, ...], options: dict[str, Any]
+) -> tuple[ExperimentSpec, str]:
+    file_options: dict[str, Any] = {}
+    source = "command line"
+    if spec_path:
+        file_options = load_spec_file(Path(spec_path))
+        source = spec_path
+    cli = {key.rstrip("_"): value for key, value in options.items()}
+    cli["command"] = command
+    if cli.get("cwd") is not None:
+        cli["cwd"] = str(Path(cli["cwd"]).resolve())
+    return build_spec(file_options, cli, source=source), source
+
+
+def _maybe_choose_type(spec: ExperimentSpec, detection: Detection, ui: PlainUI) -> ExperimentSpec:
+    """Auto-detection said it is unsure: let the person pick (Enter keeps the guess)."""
+    if spec.type is not None or not detection.uncertain:
+        return spec
+    choices = "/".join(t.value for t in ExperimentType)
+    answer = ui.ask(f"Type guess is uncertain ({detection.type.value}); type? [{choices}]")
+    if not answer:
+        return spec.model_copy(update={"type": detection.type})
+    try:
+        return spec.model_copy(update={"type": ExperimentType(answer.lower())})
+    except ValueError:
+        ui.say(f"Unknown type {answer!r}; keeping {detection.type.value}.")
+        return spec.model_copy(update={"type": detection.type})
+
+
+def _exit_for(result: ExperimentResult, spec: ExperimentSpec, run_dir: Path, source: str) -> None:
+    if result.state is ExperimentState.TIMED_OUT:
+        raise RunTimeout(
+            f"`{spec.display_command}` exceeded its timeout of {spec.timeout_s:g} s and was "
+            f"stopped with its whole process tree; the record is in {run_dir}",
+            fix="raise --timeout if the work needs longer; report.md shows how far it got",
+        )
+    if result.interrupted:
+        raise Interrupted(
+            f"{result.stop_reason}; the command's tree was stopped and the record is in {run_dir}",
+            fix="run it again when ready",
+        )
+    if not result.success:
+        click.get_current_context().exit(1)
+
+
+if __name__ == "__main__":
+    from code_runner.cli.boundary import run_cli
+
+    sys.exit(run_cli(exec_command))

@@ -1,0 +1,283 @@
+"""Start a long-running command without blocking, sample its process tree, kill it whole.
+
+`proc.run` waits for its command; an experiment must be watched while it runs, so this module
+starts the command the same way (own session, stdin from /dev/null, output to files, the
+`proc.TOKEN_ENV` token in its environment, this process a child subreaper) and hands back a
+handle. The tree is every process seen under the command, plus any process carrying the
+token (a `setsid` escapee re-parented to us). Handles are cached so a check costs little.
+
+Tree CPU time counts each CPU-second once: live processes' own and reaped-children times,
+plus what this process has reaped (the command itself and orphans it adopted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from code_runner.errors import UsageError
+from code_runner.proc import TOKEN_ENV, become_subreaper
+
+_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class TreeSample:
+    """One look at the whole tree: size, cumulative CPU, summed RSS and PSS, biggest members."""
+
+    processes: int
+    cpu_s: float
+    rss_bytes: int
+    pss_bytes: int | None
+    largest: tuple[tuple[int, str, int], ...]
+
+
+@dataclass(frozen=True)
+class KillReport:
+    """How a tree kill went; `survivors` must be empty, `last_gone_s` is from the first signal."""
+
+    signalled: int
+    needed_sigkill: int
+    last_gone_s: float
+    survivors: tuple[int, ...]
+
+
+class Launched:
+    """A running command. Not thread-safe; one monitor loop owns it."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], token: str, started_s: float) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.token = token
+        self.started_s = started_s
+        self._me = psutil.Process()
+        self._known: dict[int, psutil.Process] = {}
+        self._cpu_reaped_base = _reaped_cpu_s()
+        self._last_cpu_s = 0.0
+        self.pidfd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            self.pidfd = os.pidfd_open(popen.pid)
+        with contextlib.suppress(psutil.Error):
+            self._known[popen.pid] = psutil.Process(popen.pid)
+
+    def poll(self) -> int | None:
+        """The raw return code once the command has exited (negative: killed by a signal)."""
+        return self.popen.poll()
+
+    def members(self) -> list[psutil.Process]:
+        """Live processes of the tree, refreshing the cache (new children, adopted orphans)."""
+        try:
+            under_me = self._me.children(recursive=True)
+        except psutil.Error:
+            under_me = []
+        live: list[psutil.Process] = []
+        for pid in [pid for pid, proc in self._known.items() if not proc.is_running()]:
+            del self._known[pid]
+        for proc in under_me:
+            cached = self._known.get(proc.pid)
+            if cached is not None and cached == proc:
+                live.append(cached)
+            elif self._belongs(proc):
+                self._known[proc.pid] = proc
+                live.append(proc)
+        return live
+
+    def _belongs(self, proc: psutil.Process) -> bool:
+        try:
+            if proc.environ().get(TOKEN_ENV) == self.token:
+                return True
+        except (psutil.Error, OSError):
+            pass
+        try:
+            return any(parent.pid == self.pid for parent in proc.parents())
+        except psutil.Error:
+            return False
+
+    def sample(self, *, with_pss: bool = True) -> TreeSample:
+        """Sum CPU and memory over the tree; PSS is optional because smaps costs more."""
+        cpu = 0.0
+        rss = 0
+        pss: int | None = 0 if with_pss else None
+        sizes: list[tuple[int, str, int]] = []
+        members = self.members()
+        for proc in members:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    cpu += times.user + times.system + times.children_user + times.children_system
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    mem = proc.memory_info().rss
+                    rss += mem
+                    sizes.append((proc.pid, proc.name(), mem))
+                    if pss is not None:
+                        pss += int(getattr(proc.memory_full_info(), "pss", 0))
+            except (psutil.Error, OSError):
+                continue
+        self._reap_adopted()
+        cpu += _reaped_cpu_s() - self._cpu_reaped_base
+        # A process dying between reads can make the sum dip; CPU time never goes back.
+        self._last_cpu_s = max(self._last_cpu_s, cpu)
+        sizes.sort(key=lambda item: -item[2])
+        return TreeSample(len(members), self._last_cpu_s, rss, pss, tuple(sizes[:3]))
+
+    def _reap_adopted(self) -> None:
+        """Wait for orphans re-parented to us (subreaper), never for the command itself."""
+        for pid, proc in list(self._known.items()):
+            if pid == self.pid:
+                continue
+            try:
+                if proc.ppid() != os.getpid() or proc.status() != psutil.STATUS_ZOMBIE:
+                    continue
+            except psutil.Error:
+                self._known.pop(pid, None)
+                continue
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+    def _alive(self) -> list[psutil.Process]:
+        alive: list[psutil.Process] = []
+        self.popen.poll()
+        self._reap_adopted()
+        self.members()
+        for proc in list(self._known.values()):
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.Error:
+                continue
+        return alive
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the command itself (a user's graceful stop sends SIGINT this way)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(sig)
+
+    def terminate_tree(self, grace_s: float) -> KillReport:
+        """SIGTERM the group and every member, wait `grace_s`, SIGKILL the rest, reap."""
+        began = time.monotonic()
+        targets = self._alive()
+        _signal_group(self.pid, signal.SIGTERM)
+        for proc in targets:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        alive = self._wait_gone(began + grace_s, resignal=signal.SIGTERM)
+        needed_kill = len(alive)
+        if alive:
+            _signal_group(self.pid, signal.SIGKILL)
+            alive = self._wait_gone(time.monotonic() + 5.0, resignal=signal.SIGKILL)
+        gone_s = time.monotonic() - began
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=1.0)
+        self._reap_adopted()
+        return KillReport(len(targets), needed_kill, gone_s, tuple(p.pid for p in alive))
+
+    def _wait_gone(self, deadline: float, *, resignal: int) -> list[psutil.Process]:
+        """Poll until the tree is empty or the deadline; newcomers get `resignal` too."""
+        signalled: set[int] = set()
+        while True:
+            alive = self._alive()
+            for proc in alive:
+                if resignal == signal.SIGKILL or proc.pid not in signalled:
+                    with contextlib.suppress(psutil.Error):
+                        proc.send_signal(resignal)
+                    signalled.add(proc.pid)
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(_POLL_S)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
+
+
+def launch(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    token: str,
+    stdout_path: Path,
+    stderr_path: Path,
+) -> Launched:
+    """Start `argv` exactly as given, in its own session, output to files, stdin /dev/null."""
+    become_subreaper()
+    child_env = dict(env)
+    child_env[TOKEN_ENV] = token
+    stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with stdout_path.open("wb") as out_f, stderr_path.open("wb") as err_f:
+        try:
+            popen = subprocess.Popen(
+                tuple(argv),
+                cwd=cwd,
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_f,
+                stderr=err_f,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except FileNotFoundError:
+            raise UsageError(
+                f"cannot start {argv[0]!r}: no such program (in {cwd})",
+                fix="check the program name and PATH; to run a shell command line, pass it to "
+                "bash -c '...' or give `command:` as one string in a spec file",
+            ) from None
+        except PermissionError:
+            raise UsageError(
+                f"cannot start {argv[0]!r}: permission denied",
+                fix=f"make it executable (chmod +x {argv[0]}) or run it through its interpreter",
+            ) from None
+        except OSError as exc:
+            raise UsageError(
+                f"cannot start {argv[0]!r}: {exc.strerror or exc}",
+                fix="check the command and the working directory",
+            ) from None
+    return Launched(popen, token, started)
+
+
+def _reaped_cpu_s() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def check_launchable(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:
+    """Fail before anything is created when the directory or the program is not there."""
+    if not cwd.is_dir():
+        raise UsageError(
+            f"working directory {cwd} does not exist or is not a directory",
+            fix="pass an existing directory to --cwd (or `cwd:` in the spec file)",
+        )
+    program = argv[0]
+    if "/" in program:
+        path = Path(program) if Path(program).is_absolute() else cwd / program
+        if not path.exists():
+            raise UsageError(
+                f"cannot start {program!r}: {path} does not exist",
+                fix="check the path; relative paths are taken from --cwd",
+            )
+        return
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        hint = " (it contains spaces: a whole shell command line?)" if " " in program else ""
+        raise UsageError(
+            f"cannot start {program!r}: not found on PATH{hint}",
+            fix="check the program name and PATH; to run a shell command line, pass it to "
+            "bash -c '...' or give `command:` as one string in a spec file",
+        )

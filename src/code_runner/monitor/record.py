@@ -1,0 +1,91 @@
+"""The run record of one experiment: a directory of files a person or a tool can read later.
+
+`events.jsonl` gets one line per state change, alert, answer and adjustment (appended whole,
+via `fsx.append_jsonl`); `status.json` is rewritten atomically at every check so a reader
+never sees half of it; `result.json` and `report.md` are written once at the end. Times in
+events are monotonic seconds since the record was opened, plus a wall-clock stamp for people.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from code_runner import fsx
+from code_runner.errors import UsageError
+
+DEFAULT_PARENT = "code-runner-exec"
+
+
+class MonitorEvent(StrEnum):
+    RUN_STARTED = "run_started"
+    TYPE_DETECTED = "type_detected"
+    STATE_CHANGED = "state_changed"
+    ALERT = "alert"
+    ALERT_REPEATED = "alert_repeated"
+    ANSWER = "answer"
+    THRESHOLDS_ADJUSTED = "thresholds_adjusted"
+    TIMEOUT = "timeout"
+    TREE_KILLED = "tree_killed"
+    LEFTOVERS_KILLED = "leftovers_killed"
+    SIGNAL_RECEIVED = "signal_received"
+    OUTPUTS_COLLECTED = "outputs_collected"
+    RUN_FINISHED = "run_finished"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def default_run_dir(base: Path) -> Path:
+    """`./code-runner-exec/<UTC timestamp>-<random>`: sortable by time, unique per run."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return base / DEFAULT_PARENT / f"{stamp}-{secrets.token_hex(3)}"
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run dir that already holds files: a record is never mixed with another."""
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise UsageError(
+            f"run dir {run_dir} already exists and is not empty",
+            fix="pass a new --run-dir, or leave it out to get a fresh timestamped one",
+        )
+
+
+class RunRecord:
+    """Paths and writers of one run dir."""
+
+    def __init__(self, run_dir: Path) -> None:
+        check_run_dir(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_dir
+        self.events_path = run_dir / "events.jsonl"
+        self.status_path = run_dir / "status.json"
+        self.stdout_path = run_dir / "stdout.log"
+        self.stderr_path = run_dir / "stderr.log"
+        self.result_path = run_dir / "result.json"
+        self.report_path = run_dir / "report.md"
+        self.opened_s = time.monotonic()
+        self._seq = 0
+
+    def emit(self, kind: MonitorEvent, /, **data: Any) -> None:
+        self._seq += 1
+        event = {
+            "seq": self._seq,
+            "kind": kind.value,
+            "at": utc_now(),
+            "t_s": round(time.monotonic() - self.opened_s, 3),
+            **data,
+        }
+        fsx.append_jsonl(self.events_path, event)
+
+    def write_status(self, status: dict[str, Any]) -> None:
+        fsx.atomic_write_json(self.status_path, {"updated_at": utc_now(), **status})
+
+    def plot_path(self, metric: str) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in metric)[:60]
+        return self.run_dir / f"plot-{safe}.png"

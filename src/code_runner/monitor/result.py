@@ -1,0 +1,130 @@
+"""`result.json`: what happened to one experiment, as a validated, immutable value.
+
+The monitor reports, it does not judge: `state` says how the process ended, `success` only
+says whether the user's own criteria held (exit code 0 when none were given) and the
+expected outputs exist. `load_result` is how `code-runner status RUN_DIR` reads it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from code_runner.errors import RecordError
+from code_runner.monitor.collect import ExpectedOutput
+from code_runner.monitor.state import ExperimentState
+
+SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class AlertRecord(_Frozen):
+    kind: str
+    check_no: int
+    elapsed_s: float
+    detail: str
+    data: dict[str, float | int | str | None] = {}
+    repeated: bool = False
+
+
+class AnswerRecord(_Frozen):
+    alert_kind: str | None
+    answer: str
+    action: str
+    elapsed_s: float
+    note: str = ""
+
+
+class CriterionOutcome(_Frozen):
+    text: str
+    passed: bool
+    observed: str
+
+
+class MetricSummary(_Frozen):
+    name: str
+    points: int
+    first: float
+    last: float
+    min: float
+    max: float
+    sparkline: str
+    plot: str | None = None
+
+
+class ProgressSummary(_Frozen):
+    done: float
+    total: float | None
+    rate_per_s: float | None
+    eta_s: float | None
+
+
+class KillSummary(_Frozen):
+    reason: str
+    signalled: int
+    needed_sigkill: int
+    last_gone_s: float
+    survivors: tuple[int, ...]
+
+
+class ExperimentResult(_Frozen):
+    kind: Literal["experiment"] = "experiment"
+    schema_version: int = SCHEMA_VERSION
+    state: ExperimentState
+    success: bool
+    command: tuple[str, ...]
+    display_command: str
+    cwd: str
+    type: str
+    type_reasons: tuple[str, ...] = ()
+    exit_code: int | None
+    signal: int | None = None
+    duration_s: float
+    started_at: str
+    finished_at: str
+    timeout_s: float
+    interval_s: float
+    checks: int
+    peak_rss_bytes: int = 0
+    peak_pss_bytes: int | None = None
+    peak_processes: int = 0
+    memory_baseline_bytes: int | None = None
+    cpu_s: float = 0.0
+    stop_reason: str | None = None
+    interrupted: bool = False
+    kill: KillSummary | None = None
+    leftovers_killed: int = 0
+    stderr_tail: tuple[str, ...] = ()
+    criteria: tuple[CriterionOutcome, ...] = ()
+    outputs: tuple[ExpectedOutput, ...] = ()
+    metrics: tuple[MetricSummary, ...] = ()
+    watched_metric: str | None = None
+    progress: ProgressSummary | None = None
+    alerts: tuple[AlertRecord, ...] = ()
+    answers: tuple[AnswerRecord, ...] = ()
+    skipped_output_bytes: int = 0
+    settings: dict[str, float | int | str | None] = {}
+
+
+def load_result(run_dir: Path) -> ExperimentResult:
+    """Read `RUN_DIR/result.json`, or say clearly why it cannot be read."""
+    path = run_dir / "result.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecordError(
+            f"{path} does not exist",
+            fix="the experiment may still be running (see status.json) or the path is wrong",
+        ) from None
+    try:
+        return ExperimentResult.model_validate_json(text)
+    except ValidationError as exc:
+        raise RecordError(
+            f"{path} is not a valid experiment result: {exc.error_count()} problems",
+            fix="the file was edited or written by another version; re-run the experiment",
+        ) from None

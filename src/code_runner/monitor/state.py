@@ -1,0 +1,41 @@
+"""The experiment's states and the only transitions allowed between them.
+
+States are an Enum and transitions live in one table, so "what can follow a timeout" has one
+answer, and every transition is one `state_changed` event in the record.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ExperimentState(StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+    KILLED = "killed"
+
+
+TRANSITIONS: dict[ExperimentState, frozenset[ExperimentState]] = {
+    ExperimentState.STARTING: frozenset({ExperimentState.RUNNING, ExperimentState.CRASHED}),
+    ExperimentState.RUNNING: frozenset(
+        {
+            ExperimentState.COMPLETED,
+            ExperimentState.CRASHED,
+            ExperimentState.TIMED_OUT,
+            ExperimentState.KILLED,
+        }
+    ),
+    ExperimentState.COMPLETED: frozenset(),
+    ExperimentState.CRASHED: frozenset(),
+    ExperimentState.TIMED_OUT: frozenset(),
+    ExperimentState.KILLED: frozenset(),
+}
+
+FINAL_STATES = frozenset(state for state, nexts in TRANSITIONS.items() if not nexts)
+
+
+def can_move(current: ExperimentState, target: ExperimentState) -> bool:
+    return target in TRANSITIONS[current]
