@@ -143,7 +143,7 @@ def finish_run(
         outputs=outputs,
         metrics=metrics,
         watched_metric=watched,
-        progress=_progress(progress),
+        progress=_progress(progress, watch),
         alerts=outcome.alerts,
         answers=outcome.answers,
         skipped_output_bytes=watch.skipped_bytes(),
@@ -196,9 +196,16 @@ def _metric_summaries(watch: OutputWatch, record: RunRecord) -> tuple[MetricSumm
     return tuple(summaries)
 
 
-def _progress(progress: ProgressCheck) -> ProgressSummary | None:
-    if progress.done is None:
+def _progress(progress: ProgressCheck, watch: OutputWatch) -> ProgressSummary | None:
+    """The last progress the output showed (after the last check too), with the check's rate."""
+    last = watch.progress
+    if last is None:
         return None
+    total = last.total or progress.total
+    finished = total is not None and last.done >= total
     return ProgressSummary(
-        done=progress.done, total=progress.total, rate_per_s=progress.rate, eta_s=progress.eta_s
+        done=last.done,
+        total=total,
+        rate_per_s=progress.rate,
+        eta_s=0.0 if finished else progress.eta_s,
     )

@@ -42,7 +42,7 @@ MAX_INTERVAL_S = 300.0
 DEFAULT_TIMEOUT_S = 30 * 60.0
 DEFAULT_INTERVAL_S = 30.0
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)?", re.IGNORECASE)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|d|h|m|s)?", re.IGNORECASE)
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, None: 1.0}
 
 
@@ -115,7 +115,9 @@ class ExperimentSpec(BaseModel):
     success: tuple[str, ...] = ()
     monitor: tuple[str, ...] = ()
     type: ExperimentType | None = None
-    interval_s: Duration = Field(DEFAULT_INTERVAL_S, validation_alias=_alias("interval"))
+    interval_s: Duration = Field(
+        DEFAULT_INTERVAL_S, validation_alias=_alias("interval"), validate_default=True
+    )
     run_dir: Path | None = None
     grace_s: Duration = Field(10.0, ge=0, le=600, validation_alias=_alias("grace"))
     stall_checks: int = Field(3, ge=1, le=10_000)
