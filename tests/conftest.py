@@ -14,7 +14,9 @@ _REAL_HOME = os.environ.get("HOME", "")
 
 
 @pytest.fixture(autouse=True)
-def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("iso")
     for name, sub in (
         ("HOME", "home"),
@@ -48,9 +50,13 @@ def git(repo: Path, *args: str, check: bool = True) -> str:
         "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
     }
     result = subprocess.run(
-        ["git", "-c", "init.defaultBranch=main", *args], cwd=repo, env=env,
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
     return result.stdout

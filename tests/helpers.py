@@ -44,9 +44,10 @@ def write_task(
 ) -> Path:
     script = root / f"{task_id}.script.json"
     script.write_text(
-        json.dumps({"rounds": [{"calls": calls, "response": f"r{i}"} for i, calls in
-                               enumerate(rounds, 1)]})
-    )  # fmt: skip
+        json.dumps(
+            {"rounds": [{"calls": calls, "response": f"r{i}"} for i, calls in enumerate(rounds, 1)]}
+        )
+    )
     spec: dict[str, Any] = {
         "task_id": task_id,
         "title": "Fix the calculator",
@@ -92,12 +93,19 @@ def fingerprint(repo: Path) -> dict[str, str]:
     return found
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """The real console entry point in a real process."""
     return subprocess.run(
-        [PY, "-m", "code_runner", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=timeout, env=os.environ.copy(), stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [PY, "-m", "code_runner", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def load_result(out_dir: Path, task_id: str = "fix-calc") -> dict[str, Any]:

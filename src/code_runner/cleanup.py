@@ -47,22 +47,38 @@ def _mark_abandoned(output_dir: Path, run_id: str, why: str) -> str | None:
         events = output_dir / f"{task_id}.events.jsonl"
         fsx.append_jsonl(
             events,
-            {"ts": utc_now(), "run_id": run_id, "kind": EventKind.STATE_CHANGED.value,
-             "from_state": status.get("state"), "to_state": RunState.ABANDONED.value,
-             "step": f"gc: {why}"},
-        )  # fmt: skip
-        status.update(state=RunState.ABANDONED.value, terminal=True, step=f"gc: {why}",
-                      updated_at=utc_now(), schema_version=SCHEMA_VERSION)  # fmt: skip
+            {
+                "ts": utc_now(),
+                "run_id": run_id,
+                "kind": EventKind.STATE_CHANGED.value,
+                "from_state": status.get("state"),
+                "to_state": RunState.ABANDONED.value,
+                "step": f"gc: {why}",
+            },
+        )
+        status.update(
+            state=RunState.ABANDONED.value,
+            terminal=True,
+            step=f"gc: {why}",
+            updated_at=utc_now(),
+            schema_version=SCHEMA_VERSION,
+        )
         fsx.atomic_write_json(status_path, status)
         result_path = output_dir / f"{task_id}.result.json"
         if not result_path.exists():
             fsx.atomic_write_json(
                 result_path,
-                {"schema_version": SCHEMA_VERSION, "run_id": run_id, "task_id": task_id,
-                 "status": "abandoned", "reason": "abandoned", "dod_passed": False,
-                 "error": f"the run's process died ({why}); gc removed its workspace",
-                 "worktree_removed": True},
-            )  # fmt: skip
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "run_id": run_id,
+                    "task_id": task_id,
+                    "status": "abandoned",
+                    "reason": "abandoned",
+                    "dod_passed": False,
+                    "error": f"the run's process died ({why}); gc removed its workspace",
+                    "worktree_removed": True,
+                },
+            )
         return str(status_path)
     return None
 

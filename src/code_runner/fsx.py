@@ -6,6 +6,7 @@ directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -24,10 +25,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

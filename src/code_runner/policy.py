@@ -41,9 +41,7 @@ def is_dot_git(segment: str) -> bool:
     name = "".join(ch for ch in segment if ch not in _INVISIBLE).casefold()
     if name.rstrip(" .") == ".git":
         return True
-    if name.startswith(".git:") or name == "git~1":
-        return True
-    return False
+    return bool(name.startswith(".git:") or name == "git~1")
 
 
 def path_problem(path: str) -> str | None:
@@ -65,7 +63,7 @@ def path_problem(path: str) -> str | None:
         return f"is longer than {MAX_PATH_BYTES} bytes"
     bad = [ch for ch in path if _is_control(ch)]
     if bad:
-        return f"contains a control, bidi or zero-width character ({ascii(bad[0])})"
+        return f"contains a control, bidi or zero-width character ({bad[0]!a})"
     body = path[:-1] if path.endswith("/") else path
     for segment in body.split("/"):
         if segment == "":
@@ -151,9 +149,7 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     (
         "git_write",
-        re.compile(
-            r"\bgit\s+(?:-[-\w.=]+(?:\s+[\w.=/:-]+)?\s+)*(?:" + _GIT_WRITES + r")\b"
-        ),
+        re.compile(r"\bgit\s+(?:-[-\w.=]+(?:\s+[\w.=/:-]+)?\s+)*(?:" + _GIT_WRITES + r")\b"),
         "the runner owns git: diffs, staging and commits are made by the runner, not the agent",
     ),
     (

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 TIMEOUT_EXIT_CODE = 124
-TOKEN_ENV = "CODE_RUNNER_PROC_TOKEN"
+TOKEN_ENV = "CODE_RUNNER_PROC_TOKEN"  # noqa: S105 (a name, not a secret)
 DEFAULT_GRACE_S = 2.0
 DEFAULT_HEAD_BYTES = 8 * 1024
 DEFAULT_TAIL_BYTES = 24 * 1024
@@ -250,10 +250,8 @@ def _terminate(popen: subprocess.Popen[bytes], token: str, grace_s: float) -> No
     for proc in _tokened(token, popen.pid):
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         popen.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
     _signal_group(popen.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         popen.kill()

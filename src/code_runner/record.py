@@ -178,9 +178,15 @@ class RunRecord:
         paths = RecordPaths(output_dir, task_id)
         # a record is one run: clear what a previous run with this task id left here
         for suffix in (
-            "status.json", "events.jsonl", "rounds.jsonl", "response.txt", "result.json",
-            "patch", "hunk.md", "verifier.log",
-        ):  # fmt: skip
+            "status.json",
+            "events.jsonl",
+            "rounds.jsonl",
+            "response.txt",
+            "result.json",
+            "patch",
+            "hunk.md",
+            "verifier.log",
+        ):
             path = paths.file(suffix)
             if path.exists():
                 path.unlink()
@@ -216,7 +222,9 @@ class RunRecord:
         old = self.state
         self.state = new
         self.step = step
-        self.emit(EventKind.STATE_CHANGED, from_state=old.value, to_state=new.value, step=step, **data)
+        self.emit(
+            EventKind.STATE_CHANGED, from_state=old.value, to_state=new.value, step=step, **data
+        )
         self.write_status()
 
     def set_round(self, index: int) -> None:

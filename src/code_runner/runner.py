@@ -201,8 +201,12 @@ class TaskRun:
         self.record.transition(RunState.BASELINE, step="round 0: is the DoD already satisfied?")
         verdict = self._dod(ws, "round 0 (base)")
         base_tree = workspace.current_tree(ws)
-        self.best = Best(score=verify.score(verdict) if not verdict.passed else 1.0,
-                         tree=base_tree, round_index=0, passed=verdict.passed)  # fmt: skip
+        self.best = Best(
+            score=verify.score(verdict) if not verdict.passed else 1.0,
+            tree=base_tree,
+            round_index=0,
+            passed=verdict.passed,
+        )
         self.rounds.append({"round": 0, "verdict": verdict.to_dict(), "score": self.best.score})
         self.record.append_round(self.rounds[-1])
         if verdict.passed:
@@ -218,9 +222,12 @@ class TaskRun:
             started = time.monotonic()
             self.record.transition(RunState.AGENT, step=f"round {index}: agent")
             ctx = RoundContext(
-                task=spec, round_index=index, max_rounds=spec.max_rounds,
-                workspace_dir=ws.work_tree, previous_verdict=previous,
-            )  # fmt: skip
+                task=spec,
+                round_index=index,
+                max_rounds=spec.max_rounds,
+                workspace_dir=ws.work_tree,
+                previous_verdict=previous,
+            )
             self.record.emit(EventKind.AGENT_STARTED, backend=spec.backend)
             try:
                 outcome = self.pre.agent.run_round(ctx, toolbox, self.record)
@@ -229,9 +236,11 @@ class TaskRun:
             except CodeRunnerError as exc:
                 outcome = AgentOutcome(AgentStop.ERROR, error=exc.render())
             self.record.emit(
-                EventKind.AGENT_FINISHED, stop=outcome.stop.value, turns=outcome.turns,
+                EventKind.AGENT_FINISHED,
+                stop=outcome.stop.value,
+                turns=outcome.turns,
                 error=outcome.error,
-            )  # fmt: skip
+            )
             self.record.append_response(index, outcome.response)
             self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
             audit = workspace.audit(ws, spec.allowlist_policy, git_before)
@@ -270,9 +279,11 @@ class TaskRun:
             elif tree != self.best.tree:
                 workspace.restore_tree(ws, self.best.tree)
                 self.record.emit(
-                    EventKind.BEST_RESTORED, score=score, best_score=self.best.score,
+                    EventKind.BEST_RESTORED,
+                    score=score,
+                    best_score=self.best.score,
                     best_round=self.best.round_index,
-                )  # fmt: skip
+                )
                 details["restored_to_round"] = self.best.round_index
             details["duration_s"] = round(time.monotonic() - started, 3)
             self._finish_round(details)
@@ -296,8 +307,10 @@ class TaskRun:
         self.rounds.append(details)
         self.record.append_round(details)
         self.record.emit(
-            EventKind.ROUND_FINISHED, score=details.get("score"), passed=details.get("passed"),
-        )  # fmt: skip
+            EventKind.ROUND_FINISHED,
+            score=details.get("score"),
+            passed=details.get("passed"),
+        )
 
     def _out_of_time(self) -> bool:
         if time.monotonic() < self.deadline:
@@ -313,13 +326,19 @@ class TaskRun:
             dod = dod.model_copy(update={"timeout_s": remaining})
         self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
         verdict = verify.run_dod(
-            dod, cwd=ws.work_tree, env=command_env(ws),
-            log_path=self.record.paths.verifier_log, label=label,
-        )  # fmt: skip
+            dod,
+            cwd=ws.work_tree,
+            env=command_env(ws),
+            log_path=self.record.paths.verifier_log,
+            label=label,
+        )
         self.record.emit(
-            EventKind.DOD_FINISHED, label=label, passed=verdict.passed,
-            exit_code=verdict.exit_code, reason=verdict.reason,
-        )  # fmt: skip
+            EventKind.DOD_FINISHED,
+            label=label,
+            passed=verdict.passed,
+            exit_code=verdict.exit_code,
+            reason=verdict.reason,
+        )
         return verdict
 
     # --- export ------------------------------------------------------------------------
@@ -345,9 +364,12 @@ class TaskRun:
             "best_round": self.best.round_index,
         }
         self.record.emit(
-            EventKind.PATCH_EXPORTED, bytes=len(patch), sha256=digest, applies=applies,
+            EventKind.PATCH_EXPORTED,
+            bytes=len(patch),
+            sha256=digest,
+            applies=applies,
             files=[c["path"] for c in changed],
-        )  # fmt: skip
+        )
         if not applies:
             self.status, self.reason = ResultStatus.ERROR, Reason.PATCH_INVALID
             self.error = f"the exported patch does not apply to base: {detail}"
@@ -360,11 +382,18 @@ class TaskRun:
         started_at = datetime.now(UTC)
         t0 = time.monotonic()
         record.write_request(
-            {"run_id": self.run_id, "spec": spec_to_request(spec), "base": self.pre.base,
-             "code_runner_version": _version(), "pid": os.getpid(), "requested_at": _iso(started_at)}
-        )  # fmt: skip
-        record.emit(EventKind.RUN_STARTED, task_id=spec.task_id, backend=spec.backend,
-                    base=self.pre.base)  # fmt: skip
+            {
+                "run_id": self.run_id,
+                "spec": spec_to_request(spec),
+                "base": self.pre.base,
+                "code_runner_version": _version(),
+                "pid": os.getpid(),
+                "requested_at": _iso(started_at),
+            }
+        )
+        record.emit(
+            EventKind.RUN_STARTED, task_id=spec.task_id, backend=spec.backend, base=self.pre.base
+        )
         before = snapshot.take(self.pre.source)
         released = False
         with signals_as_interrupt(record):
@@ -379,8 +408,10 @@ class TaskRun:
                     self._export(self.ws)
             except Interrupted as exc:
                 self.status, self.reason, self.error = (
-                    ResultStatus.INTERRUPTED, Reason.INTERRUPTED, exc.message,
-                )  # fmt: skip
+                    ResultStatus.INTERRUPTED,
+                    Reason.INTERRUPTED,
+                    exc.message,
+                )
             except CodeRunnerError as exc:
                 self.status, self.reason = ResultStatus.ERROR, Reason.WORKSPACE_ERROR
                 self.error = exc.render()
@@ -412,8 +443,9 @@ class TaskRun:
                     ResultStatus.INTERRUPTED: RunState.INTERRUPTED,
                 }.get(self.status, RunState.ERROR)
                 record.transition(final, step="done", status=self.status.value)
-                record.emit(EventKind.RUN_FINISHED, status=self.status.value,
-                            reason=self.reason.value)  # fmt: skip
+                record.emit(
+                    EventKind.RUN_FINISHED, status=self.status.value, reason=self.reason.value
+                )
         return RunOutcome(self.status, self.reason, result, record.paths)
 
     def _result(
@@ -465,9 +497,18 @@ class TaskRun:
             "duration_s": round(time.monotonic() - t0, 3),
             "record_files": {
                 name: str(getattr(self.record.paths, name))
-                for name in ("request", "status", "events", "rounds", "response", "result",
-                             "patch", "hunk", "verifier_log")
-            },  # fmt: skip
+                for name in (
+                    "request",
+                    "status",
+                    "events",
+                    "rounds",
+                    "response",
+                    "result",
+                    "patch",
+                    "hunk",
+                    "verifier_log",
+                )
+            },
         }
 
 

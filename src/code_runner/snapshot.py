@@ -148,9 +148,7 @@ def differences(before: SourceSnapshot, after: SourceSnapshot) -> list[str]:
         ("untracked", before.untracked, after.untracked),
         ("modified", before.tracked_dirty, after.tracked_dirty),
     ):
-        touched = sorted(
-            p for p in set(old_map) & set(new_map) if old_map[p] != new_map[p]
-        )
+        touched = sorted(p for p in set(old_map) & set(new_map) if old_map[p] != new_map[p])
         if touched:
             changes.append(f"{label} files were rewritten: {', '.join(touched[:20])}")
     return changes

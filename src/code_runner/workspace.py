@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from code_runner import dirs, fsx, gitx, policy
+from code_runner import dirs, fsx, gitx, policy, proc
 from code_runner.errors import LockHeld, PreflightError
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -229,7 +229,7 @@ def create(
     ws.tmp_dir.mkdir()
     clone = gitx.Repo(git_dir=ws.git_dir, work_tree=None)
     with source_lock(source.git_dir):
-        result = gitx.proc.capture(
+        result = proc.capture(
             [
                 "git",
                 *gitx.HARDENING,
@@ -371,7 +371,9 @@ def audit(ws: Workspace, allowlist: policy.Allowlist, before: GitState) -> Audit
                 rejected.append(
                     Rejection(change, "name collides with another after case folding", True)
                 )
-    to_revert = [r.change for r in rejected if r.change.new_mode != "000000" or r.change.old_mode != "000000"]
+    to_revert = [
+        r.change for r in rejected if r.change.new_mode != "000000" or r.change.old_mode != "000000"
+    ]
     if to_revert:
         _revert(ws, to_revert)
     _clean(ws)
@@ -395,13 +397,18 @@ def _remove_dot_git_entries(ws: Workspace) -> list[tuple[str, str]]:
         for name in [n for n in dirnames if policy.is_dot_git(n)]:
             force_rmtree(here / name)
             dirnames.remove(name)
-            removed.append(((here / name).relative_to(ws.work_tree).as_posix(),
-                            "names git's own directory"))  # fmt: skip
+            removed.append(
+                ((here / name).relative_to(ws.work_tree).as_posix(), "names git's own directory")
+            )
         for name in filenames:
             if policy.is_dot_git(name) and not (here == ws.work_tree and name == ".git"):
                 (here / name).unlink()
-                removed.append(((here / name).relative_to(ws.work_tree).as_posix(),
-                                "names git's own directory"))  # fmt: skip
+                removed.append(
+                    (
+                        (here / name).relative_to(ws.work_tree).as_posix(),
+                        "names git's own directory",
+                    )
+                )
     return removed
 
 
@@ -410,9 +417,15 @@ def _revert(ws: Workspace, changes: list[Change]) -> None:
     nul = b"\0".join(c.path.encode("utf-8", "surrogateescape") for c in changes) + b"\0"
     env = {"GIT_LITERAL_PATHSPECS": "1"}
     ws.repo.run(
-        "reset", "--quiet", ws.base, "--pathspec-from-file=-", "--pathspec-file-nul",
-        input_bytes=nul, env=env, check=False,
-    )  # fmt: skip
+        "reset",
+        "--quiet",
+        ws.base,
+        "--pathspec-from-file=-",
+        "--pathspec-file-nul",
+        input_bytes=nul,
+        env=env,
+        check=False,
+    )
     for change in changes:
         _remove_path(ws.work_tree, change.path)
     in_base = [c for c in changes if c.kind is not ChangeKind.ADDED]
@@ -463,17 +476,34 @@ def restore_tree(ws: Workspace, tree: str) -> None:
 def export_patch(ws: Workspace) -> bytes:
     """The staged changes against base, binary-safe; applies with `git apply` on base."""
     return ws.repo.run(
-        "diff", "--cached", "--binary", "--full-index", "--no-ext-diff", "--no-textconv",
-        "--no-renames", "--no-color", ws.base, "--",
-    ).stdout  # fmt: skip
+        "diff",
+        "--cached",
+        "--binary",
+        "--full-index",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--no-color",
+        ws.base,
+        "--",
+    ).stdout
 
 
 def review_diff(ws: Workspace) -> str:
     """The same diff as text for a human (`--text`: `-diff` attributes cannot hide a change)."""
     out = ws.repo.run(
-        "diff", "--cached", "--text", "--no-ext-diff", "--no-textconv", "--no-renames",
-        "--no-color", "--stat", "--patch", ws.base, "--",
-    ).stdout  # fmt: skip
+        "diff",
+        "--cached",
+        "--text",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--no-color",
+        "--stat",
+        "--patch",
+        ws.base,
+        "--",
+    ).stdout
     return out.decode("utf-8", "replace")
 
 
@@ -486,9 +516,15 @@ def patch_applies_on_base(ws: Workspace, patch: bytes) -> tuple[bool, str]:
     try:
         ws.repo.run("read-tree", ws.base, env=env)
         result = ws.repo.run(
-            "apply", "--cached", "--check", "--binary", "-", input_bytes=patch, env=env,
+            "apply",
+            "--cached",
+            "--check",
+            "--binary",
+            "-",
+            input_bytes=patch,
+            env=env,
             check=False,
-        )  # fmt: skip
+        )
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()

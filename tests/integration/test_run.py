@@ -27,8 +27,17 @@ from tests.helpers import (
     write_task,
 )
 
-RECORD = ("request.json", "status.json", "events.jsonl", "rounds.jsonl", "response.txt",
-          "result.json", "patch", "hunk.md", "verifier.log")  # fmt: skip
+RECORD = (
+    "request.json",
+    "status.json",
+    "events.jsonl",
+    "rounds.jsonl",
+    "response.txt",
+    "result.json",
+    "patch",
+    "hunk.md",
+    "verifier.log",
+)
 
 
 def no_workspaces() -> bool:
@@ -69,8 +78,12 @@ def test_pass_leaves_source_identical_and_a_complete_record(tmp_path: Path) -> N
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(source), str(clone))
     git(clone, "apply", str(out / "fix-calc.patch"))
-    check = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=clone,
-                           capture_output=True, text=True)  # fmt: skip
+    check = subprocess.run(
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stdout
 
 
@@ -91,8 +104,7 @@ def test_fail_keeps_source_identical_and_exits_1(tmp_path: Path) -> None:
 
 
 def test_already_satisfied_never_calls_the_agent(tmp_path: Path) -> None:
-    source = make_repo(tmp_path / "source", {"calc.py": FIXED_BOTH, "test_calc.py":
-                                             open_tests()})  # fmt: skip
+    source = make_repo(tmp_path / "source", {"calc.py": FIXED_BOTH, "test_calc.py": open_tests()})
     spec = write_task(tmp_path, source, [[write("calc.py", "broken(\n")]])
     proc = run_cli("run", str(spec))
     assert proc.returncode == 0, proc.stderr
@@ -121,11 +133,13 @@ def test_dod_judges_the_patch_not_the_workspace(tmp_path: Path) -> None:
         "    outcome = yield\n"
         "    outcome.get_result().outcome = 'passed'\n"
     )
-    rounds = [[
-        write("conftest.py", conftest),
-        write("test_calc.py", "def test_nothing():\n    assert True\n"),
-        write("calc.py", FIXED_ADD),
-    ]]  # fmt: skip
+    rounds = [
+        [
+            write("conftest.py", conftest),
+            write("test_calc.py", "def test_nothing():\n    assert True\n"),
+            write("calc.py", FIXED_ADD),
+        ]
+    ]
     spec = write_task(tmp_path, source, rounds)
     proc = run_cli("run", str(spec))
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -142,7 +156,11 @@ def test_dod_judges_the_patch_not_the_workspace(tmp_path: Path) -> None:
 
 def test_files_planted_by_commands_are_gone_before_the_dod(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
-    planted = "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    o = yield\n    o.get_result().outcome = 'passed'\n"
+    planted = (
+        "import pytest\n@pytest.hookimpl(hookwrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n"
+        "    o = yield\n    o.get_result().outcome = 'passed'\n"
+    )
     script_py = tmp_path / "plant.py"
     script_py.write_text(
         f"open('conftest.py', 'w').write({planted!r})\n"
@@ -186,7 +204,9 @@ def test_output_dir_inside_source_is_refused_before_anything_is_written(tmp_path
     assert no_workspaces()
 
 
-@pytest.mark.parametrize("entry", ["/etc/passwd", "../x", "src/../../x", ".git/config", "", "a\u202eb"])
+@pytest.mark.parametrize(
+    "entry", ["/etc/passwd", "../x", "src/../../x", ".git/config", "", "a\u202eb"]
+)
 def test_bad_allowlist_is_refused(tmp_path: Path, entry: str) -> None:
     source = calc_repo(tmp_path)
     spec = write_task(tmp_path, source, [[]], allowlist=[entry])
@@ -199,17 +219,21 @@ def test_bad_allowlist_is_refused(tmp_path: Path, entry: str) -> None:
 def test_commands_cannot_change_the_source(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
     before = fingerprint(source)
-    rounds = [[
-        cmd(f"echo pwned > {source}/calc.py"),
-        cmd(f"git -C {source} commit --allow-empty -m pwned"),
-        cmd(f"cd {source} && git update-ref refs/heads/evil HEAD"),
-        write("calc.py", FIXED_BOTH),
-    ]]  # fmt: skip
+    rounds = [
+        [
+            cmd(f"echo pwned > {source}/calc.py"),
+            cmd(f"git -C {source} commit --allow-empty -m pwned"),
+            cmd(f"cd {source} && git update-ref refs/heads/evil HEAD"),
+            write("calc.py", FIXED_BOTH),
+        ]
+    ]
     spec = write_task(tmp_path, source, rounds)
     proc = run_cli("run", str(spec))
     assert proc.returncode == 0, proc.stderr
     events = fsx.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")
-    blocked = [e for e in events if e["kind"] == "tool_result" and e.get("error") == "BLOCKED_COMMAND"]
+    blocked = [
+        e for e in events if e["kind"] == "tool_result" and e.get("error") == "BLOCKED_COMMAND"
+    ]
     assert len(blocked) == 3
     assert fingerprint(source) == before
 
@@ -234,11 +258,13 @@ def test_a_symlink_cannot_carry_a_write_out(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
     host = tmp_path / "host.txt"
     host.write_text("host file\n")
-    rounds = [[
-        cmd(f"ln -s {host} link.py"),
-        write("link.py", "overwritten\n"),
-        write("calc.py", FIXED_BOTH),
-    ]]  # fmt: skip
+    rounds = [
+        [
+            cmd(f"ln -s {host} link.py"),
+            write("link.py", "overwritten\n"),
+            write("calc.py", FIXED_BOTH),
+        ]
+    ]
     spec = write_task(tmp_path, source, rounds, allowlist=["calc.py", "link.py"])
     proc = run_cli("run", str(spec))
     assert host.read_text() == "host file\n"
@@ -260,9 +286,18 @@ def _wait_for(predicate, timeout: float = 60) -> None:  # type: ignore[no-untype
 def _start_slow_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
     source = calc_repo(tmp_path)
     marker = tmp_path / "agent-started"
-    spec = write_task(tmp_path, source, [[cmd(f"touch {marker}; sleep 60")]], )
-    proc = subprocess.Popen([PY, "-m", "code_runner", "run", str(spec)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=os.environ.copy())  # fmt: skip
+    spec = write_task(
+        tmp_path,
+        source,
+        [[cmd(f"touch {marker}; sleep 60")]],
+    )
+    proc = subprocess.Popen(
+        [PY, "-m", "code_runner", "run", str(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
     _wait_for(marker.exists)
     return proc, source, marker
 
@@ -285,7 +320,7 @@ def test_sigkill_mid_round_then_gc_leaves_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_releases_the_workspace(tmp_path: Path, sig: signal.Signals) -> None:
-    proc, source, _ = _start_slow_run(tmp_path)
+    proc, _source, _ = _start_slow_run(tmp_path)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
@@ -295,8 +330,11 @@ def test_signal_releases_the_workspace(tmp_path: Path, sig: signal.Signals) -> N
     assert result["status"] == "interrupted" and result["worktree_removed"] is True
 
 
-def test_a_crash_still_removes_the_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from code_runner import runner, spec as spec_mod, verify
+def test_a_crash_still_removes_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from code_runner import runner, verify
+    from code_runner import spec as spec_mod
 
     source = calc_repo(tmp_path)
     spec_path = write_task(tmp_path, source, [[write("calc.py", FIXED_BOTH)]])
@@ -322,8 +360,14 @@ def test_concurrent_runs_share_one_source(tmp_path: Path) -> None:
         root = tmp_path / f"run{i}"
         root.mkdir()
         spec = write_task(root, source, [[write("calc.py", FIXED_BOTH)]], task_id=f"t{i}")
-        procs.append(subprocess.Popen([PY, "-m", "code_runner", "run", str(spec)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [PY, "-m", "code_runner", "run", str(spec)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -386,7 +430,10 @@ def test_demo_runs_the_whole_path(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     result = load_result(tmp_path / "demo/out")
     assert result["status"] == "passed" and result["rounds"] == 2
-    assert any(r["path"] == "test_calc.py" for r in result["dropped_changes"]) or "PERMISSION" in proc.stderr
+    assert (
+        any(r["path"] == "test_calc.py" for r in result["dropped_changes"])
+        or "PERMISSION" in proc.stderr
+    )
     assert result["source_unchanged"]
 
 

@@ -62,8 +62,26 @@ def test_no_hook_fsmonitor_or_filter_of_the_source_runs(source: Path, tmp_path: 
     git(source, "config", "filter.evil.clean", f"sh -c 'echo clean >> {marker}; cat'")
     git(source, "config", "filter.evil.required", "true")
     (source / ".gitattributes").write_text("*.py filter=evil\n")
-    git(source, "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "add", ".gitattributes")
-    git(source, "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "commit", "-q", "-m", "attrs")
+    git(
+        source,
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+        "add",
+        ".gitattributes",
+    )
+    git(
+        source,
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+        "commit",
+        "-q",
+        "-m",
+        "attrs",
+    )
     if marker.exists():
         marker.unlink()
     repo = gitx.open_source(source)
@@ -192,8 +210,12 @@ def test_agent_commit_in_workspace_is_a_violation(source: Path) -> None:
     before = workspace.git_state(ws)
     (ws.work_tree / "src/app.py").write_text("x = 3\n")
     env = {"PATH": os.environ["PATH"], "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": os.environ["HOME"]}
-    subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qam", "agent"],
-                   cwd=ws.work_tree, env=env, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qam", "agent"],
+        cwd=ws.work_tree,
+        env=env,
+        check=True,
+    )
     subprocess.run(["git", "tag", "sneaky"], cwd=ws.work_tree, env=env, check=True)
     audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), before)
     assert any("HEAD" in v for v in audit.violations)

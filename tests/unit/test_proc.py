@@ -19,7 +19,9 @@ def py(code: str) -> list[str]:
 def test_exit_code_and_output_are_values(tmp_path: Path) -> None:
     result = proc.run(
         py("import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"),
-        cwd=tmp_path, env=ENV, timeout_s=30,
+        cwd=tmp_path,
+        env=ENV,
+        timeout_s=30,
     )
     assert result.exit_code == 3
     assert not result.ok
@@ -29,15 +31,21 @@ def test_exit_code_and_output_are_values(tmp_path: Path) -> None:
 
 
 def test_stdin_is_dev_null(tmp_path: Path) -> None:
-    result = proc.run(py("import sys; print(repr(sys.stdin.read()))"), cwd=tmp_path, env=ENV,
-                      timeout_s=30)
+    result = proc.run(
+        py("import sys; print(repr(sys.stdin.read()))"), cwd=tmp_path, env=ENV, timeout_s=30
+    )
     assert result.stdout.strip() == "''"
 
 
 def test_timeout_is_124_and_kills_the_group(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = proc.run(["bash", "-c", "sleep 30 & sleep 30; wait"], cwd=tmp_path, env=ENV,
-                      timeout_s=0.5, grace_s=0.5)
+    result = proc.run(
+        ["bash", "-c", "sleep 30 & sleep 30; wait"],
+        cwd=tmp_path,
+        env=ENV,
+        timeout_s=0.5,
+        grace_s=0.5,
+    )
     assert result.timed_out
     assert result.exit_code == proc.TIMEOUT_EXIT_CODE
     assert "timed out" in result.describe()
@@ -48,7 +56,8 @@ def test_setsid_escapee_is_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     code = (
         "import subprocess, sys; "
-        f"p = subprocess.Popen(['setsid', 'sleep', '60']); open({str(pid_file)!r}, 'w').write(str(p.pid))"
+        "p = subprocess.Popen(['setsid', 'sleep', '60']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))"
     )
     proc.become_subreaper()
     result = proc.run(py(code), cwd=tmp_path, env=ENV, timeout_s=30)
@@ -69,8 +78,7 @@ def test_setsid_escapee_is_killed(tmp_path: Path) -> None:
 
 def test_output_is_capped_with_head_and_tail(tmp_path: Path) -> None:
     code = "print('FIRST'); [print('x' * 100) for _ in range(5000)]; print('LAST')"
-    result = proc.run(py(code), cwd=tmp_path, env=ENV, timeout_s=30, head_bytes=100,
-                      tail_bytes=100)
+    result = proc.run(py(code), cwd=tmp_path, env=ENV, timeout_s=30, head_bytes=100, tail_bytes=100)
     assert result.stdout.startswith("FIRST")
     assert result.stdout.rstrip().endswith("LAST")
     assert "bytes omitted" in result.stdout
@@ -78,8 +86,14 @@ def test_output_is_capped_with_head_and_tail(tmp_path: Path) -> None:
 
 
 def test_runaway_output_is_stopped(tmp_path: Path) -> None:
-    result = proc.run(py("import sys\nwhile True: sys.stdout.write('y' * 65536)"), cwd=tmp_path,
-                      env=ENV, timeout_s=30, max_output_bytes=2_000_000, grace_s=0.5)
+    result = proc.run(
+        py("import sys\nwhile True: sys.stdout.write('y' * 65536)"),
+        cwd=tmp_path,
+        env=ENV,
+        timeout_s=30,
+        max_output_bytes=2_000_000,
+        grace_s=0.5,
+    )
     assert result.output_limited
     assert not result.ok
 

@@ -103,5 +103,6 @@ class Agent(Protocol):
 
     name: str
 
-    def run_round(self, ctx: RoundContext, tools: ToolRunner, events: EventSink) -> AgentOutcome:
-        ...
+    def run_round(
+        self, ctx: RoundContext, tools: ToolRunner, events: EventSink
+    ) -> AgentOutcome: ...

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from code_runner import gitx, runner, spec
+from code_runner import gitx, proc, runner, spec
 from code_runner.cli import render
 from code_runner.errors import UsageError
 
@@ -29,15 +29,27 @@ def make_demo(root: Path) -> Path:
     repo.mkdir(parents=True)
     package = resources.files("code_runner") / "demo"
     for name in _FILES:
-        (repo / name).write_text(package.joinpath(name).read_text())
+        (repo / name).write_text(package.joinpath(f"{name}.txt").read_text())
     (root / "script.json").write_text(package.joinpath("script.json").read_text())
     (repo / ".gitignore").write_text("__pycache__/\n")
     git = gitx.Repo(git_dir=repo / ".git", work_tree=repo)
-    gitx.proc.capture(["git", *gitx.HARDENING, "init", "-q", str(repo)], cwd=root,
-                      env=gitx.hardened_env(), timeout_s=60)  # fmt: skip
+    proc.capture(
+        ["git", *gitx.HARDENING, "init", "-q", str(repo)],
+        cwd=root,
+        env=gitx.hardened_env(),
+        timeout_s=60,
+    )
     git.run("add", "--all")
-    git.run("-c", "user.name=code-runner demo", "-c", "user.email=demo@code-runner.invalid",
-            "commit", "-q", "-m", "Calculator with two bugs")  # fmt: skip
+    git.run(
+        "-c",
+        "user.name=code-runner demo",
+        "-c",
+        "user.email=demo@code-runner.invalid",
+        "commit",
+        "-q",
+        "-m",
+        "Calculator with two bugs",
+    )
     task = {
         "task_id": "fix-calc",
         "title": "Fix the calculator",
@@ -59,8 +71,12 @@ def make_demo(root: Path) -> Path:
 
 
 @click.command("demo")
-@click.option("--dir", "directory", type=click.Path(path_type=Path, file_okay=False),
-              help="Where to build the demo (default: a new temp dir).")  # fmt: skip
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where to build the demo (default: a new temp dir).",
+)
 def demo_command(directory: Path | None) -> int:
     """Build a sample repo with failing tests and fix it with the scripted backend."""
     if directory is None:

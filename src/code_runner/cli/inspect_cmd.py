@@ -84,8 +84,13 @@ def status_command(target: Path, tail_events: int, as_json: bool) -> int:
 @click.command("watch")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True)
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=0,
-              help="Stop watching after this many seconds (0: until the run ends).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0),
+    default=0,
+    help="Stop watching after this many seconds (0: until the run ends).",
+)
 def watch_command(target: Path, interval: float, timeout_s: float) -> int:
     """Follow a run live until it reaches a terminal state; exit 0 iff it passed."""
     out = render.console()
@@ -132,7 +137,14 @@ def result_command(file: Path, as_json: bool) -> int:
     else:
         out = render.console()
         out.print(f"{result.get('task_id')}: {result['status']} ({result.get('reason')})")
-        for key in ("dod_passed", "rounds", "best_score", "source_unchanged",
-                    "worktree_removed", "patch_artifact", "error"):  # fmt: skip
+        for key in (
+            "dod_passed",
+            "rounds",
+            "best_score",
+            "source_unchanged",
+            "worktree_removed",
+            "patch_artifact",
+            "error",
+        ):
             out.print(f"  {key}: {result.get(key)}")
     return 0 if result["dod_passed"] is True else 1

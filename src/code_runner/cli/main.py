@@ -23,9 +23,16 @@ def cli() -> None:
 
 
 for command in (
-    run_command, dry_run_command, status_command, watch_command, result_command,
-    doctor_command, gc_command, schema_command, demo_command,
-):  # fmt: skip
+    run_command,
+    dry_run_command,
+    status_command,
+    watch_command,
+    result_command,
+    doctor_command,
+    gc_command,
+    schema_command,
+    demo_command,
+):
     cli.add_command(command)
 
 try:

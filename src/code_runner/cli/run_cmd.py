@@ -31,9 +31,7 @@ spec_argument = click.argument(
 @click.option("--max-rounds", type=int, help="Override the spec's max_rounds (1..20).")
 @click.option("--backend", help="Override the spec's backend (e.g. scripted:fix.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
-def run_command(
-    spec_path: Path, max_rounds: int | None, backend: str | None, as_json: bool
-) -> int:
+def run_command(spec_path: Path, max_rounds: int | None, backend: str | None, as_json: bool) -> int:
     """Run a task spec; exit 0 iff the DoD passed on the patch.
 
     The agent works in a disposable checkout; the source repo stays byte-identical.
