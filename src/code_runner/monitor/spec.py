@@ -254,4 +254,6 @@ def _problem(error: Mapping[str, Any]) -> str:
     msg = msg.removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
         msg = "unknown option; see `code-runner exec --help` for the options"
+    if error.get("type") == "missing" and loc == "command":
+        msg = "no command given; put it after `--`, e.g. exec -- python train.py"
     return f"{loc}: {msg}" if loc else msg

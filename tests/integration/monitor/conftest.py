@@ -89,9 +89,15 @@ class PtySession:
         master, slave = os.openpty()
         self.master = master
         self.proc = subprocess.Popen(
-            list(argv), stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
         os.close(slave)
         self.screen = b""
 

@@ -55,7 +55,8 @@ def test_silent_hang_is_flat_and_the_timeout_kills(tmp_path: Path) -> None:
 
 
 def test_busy_but_silent_loop_says_cpu_is_rising(tmp_path: Path) -> None:
-    code = "import time\nprint('start', flush=True)\nt = time.time()\nwhile time.time() - t < 1.2: pass"
+    code = "import time\nprint('start', flush=True)\nt = time.time()\n"
+    code += "while time.time() - t < 1.2: pass"
     ran = run_exec(tmp_path, [*FAST, "--stall-checks", "3", "--", PY, "-c", code])
     assert ran.code == 0
     stall = next(a for a in ran.result().alerts if a.kind == "STALL_SUSPECTED")
@@ -101,7 +102,9 @@ def test_import_heavy_start_fires_only_without_warmup(
     tmp_path: Path, warmup: str, expect_alert: bool
 ) -> None:
     name = script(tmp_path, "heavy.py", HEAVY_START)
-    ran = run_exec(tmp_path, [*FAST, "--memory-warmup", warmup, "--type", "generic", "--", PY, name])
+    ran = run_exec(
+        tmp_path, [*FAST, "--memory-warmup", warmup, "--type", "generic", "--", PY, name]
+    )
     assert ran.code == 0
     assert ("RESOURCE_ALERT" in ran.alert_kinds()) is expect_alert
 
@@ -206,8 +209,20 @@ except ImportError:
 
 def test_structured_outputs_are_summarized_and_missing_ones_flagged(tmp_path: Path) -> None:
     name = script(tmp_path, "write_outputs.py", OUTPUTS)
-    args = [*FAST, "--expect", "out.csv", "--expect", "rows.jsonl", "--expect", "nothing.txt",
-            "--success", "file out.csv > 100 bytes", "--", PY, name]  # fmt: skip
+    args = [
+        *FAST,
+        "--expect",
+        "out.csv",
+        "--expect",
+        "rows.jsonl",
+        "--expect",
+        "nothing.txt",
+        "--success",
+        "file out.csv > 100 bytes",
+        "--",
+        PY,
+        name,
+    ]
     ran = run_exec(tmp_path, args)
     assert ran.code == 1  # completed, but an expected output is missing
     result = ran.result()
@@ -238,7 +253,9 @@ def test_parquet_output_summary(tmp_path: Path) -> None:
 def test_spec_file_with_a_shell_command_and_monitored_log(tmp_path: Path) -> None:
     (tmp_path / "exp.yaml").write_text(
         "command: |\n"
-        "  for i in 1 2 3 4 5 6; do echo \"step=$i loss=0.$((9 - i))\" >> train.log; sleep 0.1; done\n"
+        "  for i in 1 2 3 4 5 6; do\n"
+        '    echo "step=$i loss=0.$((9 - i))" >> train.log; sleep 0.1\n'
+        "  done\n"
         "monitor: [train.log]\n"
         "type: training\n"
         "interval: 0.1\n"

@@ -64,10 +64,13 @@ def test_terminal_lines_collapse_progress_rewrites() -> None:
 
 def test_metric_forms() -> None:
     assert parse_metrics("Epoch 3/10 - loss: 0.523 - val_loss=0.61 acc: 81") == {
-        "loss": 0.523, "val_loss": 0.61, "acc": 81.0,
+        "loss": 0.523,
+        "val_loss": 0.61,
+        "acc": 81.0,
     }
     assert parse_metrics('{"step": 4, "loss": 1e-3, "tag": "x", "ok": true}') == {
-        "step": 4.0, "loss": 0.001,
+        "step": 4.0,
+        "loss": 0.001,
     }
     assert parse_metrics("at 12:30:45 see http://host:8080/x") == {}
     regex = re.compile(r"(?P<key>\w+)~(?P<value>[0-9.]+)")
@@ -77,7 +80,9 @@ def test_metric_forms() -> None:
 
 
 def test_progress_forms() -> None:
-    assert parse_progress(" 45%|####5     | 450/1000 [00:10<00:12, 44.2it/s]") == Progress(450, 1000)
+    assert parse_progress(" 45%|####5     | 450/1000 [00:10<00:12, 44.2it/s]") == Progress(
+        450, 1000
+    )
     assert parse_progress("100%|##########| 1.2k/1.2k [00:01<00:00]") == Progress(1200, 1200)
     assert parse_progress("sim 30 of 200") == Progress(30, 200)
     assert parse_progress("processed 12,000 rows") == Progress(12000, None)

@@ -20,8 +20,17 @@ from code_runner.monitor.spec import (
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90", 90), ("90s", 90), ("30m", 1800), ("1h30m", 5400), ("1.5h", 5400), ("2d", 172800),
-     ("250ms", 0.25), (45, 45), (0.5, 0.5)],
+    [
+        ("90", 90),
+        ("90s", 90),
+        ("30m", 1800),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("2d", 172800),
+        ("250ms", 0.25),
+        (45, 45),
+        (0.5, 0.5),
+    ],
 )
 def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
@@ -73,8 +82,15 @@ def test_every_problem_is_reported_at_once() -> None:
             source="exp.yaml",
         )
     text = info.value.render()
-    for needle in ("command:", "timeout:", "bogus: unknown option", "type:", "memory_factor:",
-                   "success: cannot understand", "metric_regex: metric regex does not compile"):
+    for needle in (
+        "command:",
+        "timeout:",
+        "bogus: unknown option",
+        "type:",
+        "memory_factor:",
+        "success: cannot understand",
+        "metric_regex: metric regex does not compile",
+    ):
         assert needle in text, needle
     assert text.startswith("exp.yaml: 7 problems")
     assert "Fix:" in text
@@ -84,7 +100,9 @@ def test_every_problem_is_reported_at_once() -> None:
 def test_metric_regex_needs_named_groups() -> None:
     with pytest.raises(SpecError, match="named groups"):
         build_spec({}, {"command": ("x",), "metric_regex": r"loss=([0-9.]+)"}, source="c")
-    spec = build_spec({}, {"command": ("x",), "metric_regex": r"loss=(?P<loss>[0-9.]+)"}, source="c")
+    spec = build_spec(
+        {}, {"command": ("x",), "metric_regex": r"loss=(?P<loss>[0-9.]+)"}, source="c"
+    )
     assert spec.metric_regex
 
 
