@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `data` atomically. `durable=False` skips the fsync: the file
+    is still never torn for a reader or after a process crash, only after power loss."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -30,8 +33,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         raise
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"))
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"), durable=durable)
 
 
 def dumps(data: Any) -> str:
@@ -39,8 +42,8 @@ def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, dumps(data))
+def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
+    atomic_write_text(path, dumps(data), durable=durable)
 
 
 def append_jsonl(path: Path, data: Any) -> None:

@@ -9,6 +9,7 @@ them run by us.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -125,7 +126,15 @@ class Repo:
 
 
 def open_source(path: Path) -> Repo:
-    """Locate the repo containing `path` (a work tree) without trusting its environment."""
+    """Locate the repo containing `path` (a work tree) without trusting its environment.
+
+    Cached per path for the life of the process: spec validation and preflight both ask.
+    """
+    return _open_source(Path(os.path.abspath(path)))
+
+
+@functools.lru_cache(maxsize=64)
+def _open_source(path: Path) -> Repo:
     if not path.is_dir():
         raise PreflightError(
             f"cwd {path} is not a directory.",
@@ -174,6 +183,33 @@ def head_commit(repo: Repo) -> str | None:
     if not result.ok:
         return None
     return result.stdout.decode().strip()
+
+
+def read_refs(git_dir: Path) -> dict[str, str]:
+    """Every ref of a git dir as {name: value}, read from files without running git.
+
+    Loose refs override packed ones, as in git. Values are what the files hold (an object
+    name, or `ref: ...` for a symbolic ref), which is what a before/after comparison needs.
+    """
+    refs: dict[str, str] = {}
+    try:
+        packed = (git_dir / "packed-refs").read_text(errors="surrogateescape")
+    except OSError:
+        packed = ""
+    for line in packed.splitlines():
+        if line and line[0] not in "#^":
+            sha, _, name = line.partition(" ")
+            refs[name] = sha
+    root = git_dir / "refs"
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            full = Path(dirpath) / name
+            try:
+                value = full.read_text(errors="surrogateescape").strip()
+            except OSError:
+                continue
+            refs[full.relative_to(git_dir).as_posix()] = value
+    return refs
 
 
 def decode_path(raw: bytes) -> str:

@@ -38,6 +38,9 @@ def _is_control(ch: str) -> bool:
 
 def is_dot_git(segment: str) -> bool:
     """True when a path segment means `.git` to some file system git supports."""
+    if segment.isascii():  # fast path: the audit asks this of every name in the tree
+        lower = segment.lower()
+        return lower.rstrip(" .") == ".git" or lower.startswith(".git:") or lower == "git~1"
     name = "".join(ch for ch in segment if ch not in _INVISIBLE).casefold()
     if name.rstrip(" .") == ".git":
         return True

@@ -251,6 +251,7 @@ class RunRecord:
                 "updated_at": utc_now(),
                 "pid": os.getpid(),
             },
+            durable=self.state in TERMINAL_STATES,  # rewritten often; the last one is synced
         )
 
     # --- artifacts ---------------------------------------------------------------------
@@ -266,7 +267,7 @@ class RunRecord:
         if self.paths.response.exists():
             previous = self.paths.response.read_text(errors="replace")
         block = f"## round {round_index}\n{text.rstrip()}\n\n" if text.strip() else ""
-        fsx.atomic_write_text(self.paths.response, previous + block)
+        fsx.atomic_write_text(self.paths.response, previous + block, durable=False)
 
     def write_patch(self, patch: bytes, review: str) -> str:
         fsx.atomic_write_bytes(self.paths.patch, patch)

@@ -17,6 +17,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +59,7 @@ class Best:
     tree: str
     round_index: int
     passed: bool = False
+    changes: tuple[workspace.Change, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ class TaskRun:
         self.rounds: list[dict[str, Any]] = []
         self.ws: workspace.Workspace | None = None
         self.best: Best | None = None
+        self.tree = ""  # the tree the work tree holds now (after the last audit or restore)
         self.status = ResultStatus.FAILED
         self.reason = Reason.DOD_FAILED
         self.error: str | None = None
@@ -200,7 +203,7 @@ class TaskRun:
         git_before = workspace.git_state(ws)
         self.record.transition(RunState.BASELINE, step="round 0: is the DoD already satisfied?")
         verdict = self._dod(ws, "round 0 (base)")
-        base_tree = workspace.current_tree(ws)
+        base_tree = self.tree = workspace.base_tree(ws)
         self.best = Best(
             score=verify.score(verdict) if not verdict.passed else 1.0,
             tree=base_tree,
@@ -243,6 +246,7 @@ class TaskRun:
             )
             self.record.append_response(index, outcome.response)
             self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
+            self.tree = ""  # unknown until the audited state is written as a tree
             audit = workspace.audit(ws, spec.allowlist_policy, git_before)
             self.record.emit(EventKind.AUDIT, **audit.to_dict())
             if audit.rejected:
@@ -268,16 +272,17 @@ class TaskRun:
             verdict = self._dod(ws, f"round {index}")
             passed = verdict.passed and audit.changed_allowed
             score = 1.0 if passed else min(verify.score(verdict), 0.49)
-            tree = workspace.current_tree(ws)
+            tree = self.tree = workspace.current_tree(ws)
             details.update(verdict=verdict.to_dict(), score=score, passed=passed)
             assert self.best is not None
             if score >= self.best.score and audit.changed_allowed:
-                self.best = Best(score=score, tree=tree, round_index=index, passed=passed)
+                self.best = Best(score, tree, index, passed, changes=audit.allowed)
                 self.record.set_best(score)
                 self.record.emit(EventKind.BEST_KEPT, score=score, tree=tree)
                 details["kept"] = True
             elif tree != self.best.tree:
                 workspace.restore_tree(ws, self.best.tree)
+                self.tree = self.best.tree
                 self.record.emit(
                     EventKind.BEST_RESTORED,
                     score=score,
@@ -346,15 +351,16 @@ class TaskRun:
     def _export(self, ws: workspace.Workspace) -> None:
         self.record.transition(RunState.EXPORTING, step="export patch")
         assert self.best is not None
-        if workspace.current_tree(ws) != self.best.tree:
+        if self.tree != self.best.tree:
             workspace.restore_tree(ws, self.best.tree)
+            self.tree = self.best.tree
         patch = workspace.export_patch(ws)
         review = workspace.review_diff(ws)
         digest = self.record.write_patch(
             patch, hunk_markdown(self.spec.task_id, self.spec.title, review)
         )
         applies, detail = workspace.patch_applies_on_base(ws, patch)
-        changed = [c.to_dict() for c in workspace.read_changes(ws)]
+        changed = [c.to_dict() for c in self.best.changes]
         self.patch_info = {
             "patch_artifact": str(self.record.paths.patch),
             "patch_sha256": digest,
@@ -394,7 +400,10 @@ class TaskRun:
         record.emit(
             EventKind.RUN_STARTED, task_id=spec.task_id, backend=spec.backend, base=self.pre.base
         )
-        before = snapshot.take(self.pre.source)
+        # Both snapshots only read the source, so they overlap with work that only
+        # touches the state dir: the clone at the start, the release at the end.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
+        before_job = pool.submit(snapshot.take, self.pre.source)
         released = False
         with signals_as_interrupt(record):
             try:
@@ -403,6 +412,7 @@ class TaskRun:
                     self.pre.source, self.pre.base, run_id=self.run_id, output_dir=spec.output_dir
                 )
                 record.emit(EventKind.WORKSPACE_CREATED, path=str(self.ws.work_tree))
+                before_job.result()  # the agent must not act before the source is fingerprinted
                 self._rounds(self.ws)
                 if self.ws is not None and self.best is not None:
                     self._export(self.ws)
@@ -425,10 +435,13 @@ class TaskRun:
                 if record.state not in (RunState.RELEASING,):
                     with contextlib.suppress(CodeRunnerError):
                         record.transition(RunState.RELEASING, step="release workspace")
+                before = before_job.result()
+                after_job = pool.submit(snapshot.take, self.pre.source)
                 if self.ws is not None:
                     released = workspace.release(self.ws)
                     record.emit(EventKind.WORKSPACE_RELEASED, removed=released)
-                after = snapshot.take(self.pre.source)
+                after = after_job.result()
+                pool.shutdown()
                 diffs = snapshot.differences(before, after)
                 record.emit(EventKind.SOURCE_CHECKED, unchanged=not diffs, differences=diffs)
                 if diffs:

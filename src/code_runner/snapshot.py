@@ -65,44 +65,67 @@ def _hooks(git_dir: Path) -> dict[str, str]:
     return found
 
 
+def _common_dir(git_dir: Path) -> Path:
+    """A linked worktree keeps refs, config and hooks in the main repo's git dir."""
+    try:
+        rel = (git_dir / "commondir").read_text().strip()
+    except OSError:
+        return git_dir
+    return (git_dir / rel).resolve()
+
+
 def take(repo: gitx.Repo) -> SourceSnapshot:
-    """Fingerprint `repo` without changing a byte of it."""
+    """Fingerprint `repo` without changing a byte of it. One git call; the rest is reads."""
     assert repo.work_tree is not None
-    head_text = ""
+    common = _common_dir(repo.git_dir)
     try:
         head_text = (repo.git_dir / "HEAD").read_text(errors="replace").strip()
     except OSError:
         head_text = ""
-    refs: dict[str, str] = {}
-    raw = repo.run("for-each-ref", "--format=%(refname)%09%(objectname)").stdout
-    for line in raw.decode("utf-8", "surrogateescape").splitlines():
-        name, _, sha = line.partition("\t")
-        refs[name] = sha
-    status_fields = repo.z(
-        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all"
-    )
+    fields = repo.z(
+        "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+        "--ignore-submodules=all",
+    )  # fmt: skip
+    head: str | None = None
     status: list[str] = []
     untracked: dict[str, str] = {}
     tracked_dirty: dict[str, str] = {}
     i = 0
-    while i < len(status_fields):
-        entry = gitx.decode_path(status_fields[i])
-        code, path = entry[:2], entry[3:]
-        status.append(f"{code} {path}")
-        if code[0] in "RC":  # a rename carries its source path in the next field
-            i += 1
-        full = repo.work_tree / path
-        if code == "??":
-            untracked[path] = _stat_key(full)
-        else:
-            tracked_dirty[path] = _stat_key(full)
+    while i < len(fields):
+        entry = gitx.decode_path(fields[i])
         i += 1
+        kind = entry[:1]
+        if kind == "#":
+            if entry.startswith("# branch.oid "):
+                oid = entry.split(" ", 2)[2]
+                head = None if oid == "(initial)" else oid
+            continue
+        if kind == "?":
+            path = entry[2:]
+            status.append(f"?? {path}")
+            untracked[path] = _stat_key(repo.work_tree / path)
+            continue
+        parts = entry.split(" ")
+        xy = parts[1].replace(".", " ")
+        if kind == "1":
+            path = entry.split(" ", 8)[8]
+        elif kind == "2":
+            path = entry.split(" ", 9)[9]
+            i += 1  # the rename's original path follows in its own field
+        else:  # "u": unmerged
+            path = entry.split(" ", 10)[10]
+        status.append(f"{xy} {path}")
+        tracked_dirty[path] = _stat_key(repo.work_tree / path)
+    git_files = {name: _digest(repo.git_dir / name) for name in ("HEAD", "index")}
+    for name in _GIT_FILES:
+        if name not in git_files:
+            git_files[name] = _digest(common / name)
     return SourceSnapshot(
-        head=gitx.head_commit(repo),
+        head=head,
         head_ref=head_text,
-        refs=refs,
-        git_files={name: _digest(repo.git_dir / name) for name in _GIT_FILES},
-        hooks=_hooks(repo.git_dir),
+        refs=gitx.read_refs(common),
+        git_files=git_files,
+        hooks=_hooks(common),
         status=tuple(status),
         untracked=untracked,
         tracked_dirty=tracked_dirty,

@@ -260,9 +260,8 @@ def create(
 
 
 def git_state(ws: Workspace) -> GitState:
-    repo = ws.repo
     head = (ws.git_dir / "HEAD").read_text(errors="replace").strip()
-    refs = repo.out("for-each-ref", "--format=%(refname) %(objectname)")
+    refs = json.dumps(gitx.read_refs(ws.git_dir), sort_keys=True)
     config = hashlib.sha256((ws.git_dir / "config").read_bytes()).hexdigest()
     pointer_path = ws.work_tree / ".git"
     try:
@@ -465,6 +464,11 @@ def _clean(ws: Workspace) -> None:
 def current_tree(ws: Workspace) -> str:
     """The staged state as a tree object (cheap to keep, cheap to restore)."""
     return ws.repo.out("write-tree")
+
+
+def base_tree(ws: Workspace) -> str:
+    """The tree of the base commit (what the index holds right after checkout)."""
+    return ws.repo.out("rev-parse", f"{ws.base}^{{tree}}")
 
 
 def restore_tree(ws: Workspace, tree: str) -> None:
