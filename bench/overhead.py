@@ -35,7 +35,10 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "b",
     "GIT_COMMITTER_EMAIL": "b@example.com",
 }
-TEST = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+TEST = (
+    "import unittest\nfrom calc import add\n\n\n"
+    "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+)
 DOD = f"{sys.executable} -m unittest -q test_calc"
 
 
@@ -61,8 +64,10 @@ def make_repo(root: Path, files: int) -> Path:
 
 def make_task(root: Path, repo: Path, n: int) -> Path:
     script = root / "script.json"
-    fix = {"tool": "write_file", "args": {"path": "calc.py",
-           "content": "def add(a, b):\n    return a + b\n"}}  # fmt: skip
+    fix = {
+        "tool": "write_file",
+        "args": {"path": "calc.py", "content": "def add(a, b):\n    return a + b\n"},
+    }
     script.write_text(json.dumps({"rounds": [{"calls": [fix]}]}))
     task = {
         "task_id": f"bench{n}",
@@ -95,15 +100,28 @@ def time_floor(root: Path, repo: Path) -> float:
     started = time.perf_counter()
     gitdir = ws / "git"
     wt = ws / "wt"
-    git(root, "clone", "-q", "--shared", "--no-checkout", f"--separate-git-dir={gitdir}",
-        str(repo), str(wt))  # fmt: skip
+    git(
+        root,
+        "clone",
+        "-q",
+        "--shared",
+        "--no-checkout",
+        f"--separate-git-dir={gitdir}",
+        str(repo),
+        str(wt),
+    )
     git(wt, "checkout", "-q", "--detach", "HEAD")
     subprocess.run(["bash", "-c", DOD], cwd=wt, check=False, capture_output=True)
     (wt / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     git(wt, "add", "-A")
     subprocess.run(["bash", "-c", DOD], cwd=wt, check=True, capture_output=True)
-    subprocess.run(["git", "diff", "--cached", "--binary", "HEAD"], cwd=wt, env=GIT_ENV,
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "diff", "--cached", "--binary", "HEAD"],
+        cwd=wt,
+        env=GIT_ENV,
+        check=True,
+        capture_output=True,
+    )
     shutil.rmtree(ws)
     return time.perf_counter() - started
 
@@ -121,7 +139,8 @@ def main() -> int:
         print(f"DoD: {DOD}  (each run: DoD on base, one scripted edit, DoD on the patch)")
         print(f"work dir: {root}  (--tmp to change; tmpfs keeps disk noise out)")
         print(
-            f"{'files':>7} {'runner s':>9} {'floor s':>9} {'ratio':>6} {'target':>6} {'overhead ms':>11}"
+            f"{'files':>7} {'runner s':>9} {'floor s':>9} {'ratio':>6} {'target':>6}"
+            f" {'overhead ms':>11}"
         )
         for files, target in ((10, 1.5), (args.files, 1.3)):
             repo = make_repo(root / f"r{files}", files)
@@ -133,8 +152,11 @@ def main() -> int:
                 floors.append(time_floor(root, repo))
             r, f = statistics.median(runs), statistics.median(floors)
             ratios = sorted(a / b for a, b in zip(runs, floors, strict=True))
-            print(f"{files:>7} {r:>9.3f} {f:>9.3f} {r / f:>6.2f} {target:>6.1f} {1000 * (r - f):>11.0f}"
-                  f"   (per-pair ratios {', '.join(f'{x:.2f}' for x in ratios)})")  # fmt: skip
+            print(
+                f"{files:>7} {r:>9.3f} {f:>9.3f} {r / f:>6.2f} {target:>6.1f}"
+                f" {1000 * (r - f):>11.0f}"
+                f"   (per-pair ratios {', '.join(f'{x:.2f}' for x in ratios)})"
+            )
             sys.stdout.flush()
     return 0
 

@@ -146,7 +146,7 @@ def _absolute_path(value: object, base_dir: Path | None) -> object:
     _encodable(text)
     anchor = base_dir if base_dir is not None else Path.cwd()
     # os.path.expanduser, not Path.expanduser: the latter raises for an unknown `~user`.
-    expanded = os.path.expanduser(text)  # noqa: PTH111
+    expanded = os.path.expanduser(text)
     return _absolute(anchor / expanded)
 
 
