@@ -19,9 +19,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from code_runner.errors import CodeRunnerError
+from code_runner.monitor.adjust import ADJUST_HELP, adjusted_spec, diagnosis
 from code_runner.monitor.alerts import (
     Action,
     Alert,
@@ -50,19 +53,23 @@ from code_runner.monitor.ui import MonitorUI
 from code_runner.monitor.watch import OutputWatch
 
 TAIL_REFRESH_S = 0.5
-_ADJUSTABLE = {
-    "timeout": "timeout_s",
-    "interval": "interval_s",
-    "stall_checks": "stall_checks",
-    "memory_factor": "memory_factor",
-    "patience": "patience",
-    "min_delta": "min_delta",
-    "slow_ratio": "slow_ratio",
-}
-_ADJUST_HELP = (
-    "Type new settings as key=value, e.g. `timeout=2h stall_checks=6 memory_factor=5` "
-    f"(keys: {', '.join(_ADJUSTABLE)}); an empty line keeps them."
-)
+
+
+@dataclass
+class Peaks:
+    """The latest tree sample and the highest values seen, for status and result."""
+
+    last: TreeSample = field(default_factory=lambda: TreeSample(0, 0.0, 0, None, ()))
+    rss: int = 0
+    pss: int | None = None
+    processes: int = 0
+
+    def add(self, sample: TreeSample) -> None:
+        self.last = sample
+        self.rss = max(self.rss, sample.rss_bytes)
+        if sample.pss_bytes is not None:
+            self.pss = max(self.pss or 0, sample.pss_bytes)
+        self.processes = max(self.processes, sample.processes)
 
 
 class _Terminated(Exception):
@@ -109,10 +116,7 @@ class Experiment:
         self.pending: Alert | None = None
         self.awaiting_adjust = False
         self.check_no = 0
-        self.last_sample = TreeSample(0, 0.0, 0, None, ())
-        self.peak_rss = 0
-        self.peak_pss: int | None = None
-        self.peak_processes = 0
+        self.peaks = Peaks()
         self.stop_reason: str | None = None
         self.early_stop_sent = False
         self.kill: KillReport | None = None
@@ -155,14 +159,19 @@ class Experiment:
             reasons=list(self.detection.reasons),
             uncertain=self.detection.uncertain,
         )
-        launched = launch(
-            self.spec.argv,
-            cwd=self.spec.cwd,
-            env=self.env,
-            token=uuid.uuid4().hex,
-            stdout_path=self.record.stdout_path,
-            stderr_path=self.record.stderr_path,
-        )
+        try:
+            launched = launch(
+                self.spec.argv,
+                cwd=self.spec.cwd,
+                env=self.env,
+                token=uuid.uuid4().hex,
+                stdout_path=self.record.stdout_path,
+                stderr_path=self.record.stderr_path,
+            )
+        except CodeRunnerError as exc:
+            self._move(ExperimentState.CRASHED, error=exc.message)
+            self.record.write_status({"state": self.state.value, "finished": True})
+            raise
         self.started_s = launched.started_s
         self.deadline_s = self.started_s + self.spec.timeout_s
         self._move(ExperimentState.RUNNING, pid=launched.pid)
@@ -180,6 +189,7 @@ class Experiment:
                 reason = "timeout" if self.timed_out else (self.stop_reason or "monitor stopped")
                 self._kill_tree(launched, reason)
             self._cleanup_leftovers(launched)
+            self.peaks.add(launched.sample(with_pss=False))  # CPU of the reaped command too
             launched.close()
         returncode = launched.poll()
         final = self._final_state(returncode)
@@ -195,10 +205,10 @@ class Experiment:
             kill_reason=self.kill_reason,
             leftovers=self.leftovers,
             checks=self.check_no,
-            peak_rss=self.peak_rss,
-            peak_pss=self.peak_pss,
-            peak_processes=self.peak_processes,
-            cpu_s=self.last_sample.cpu_s,
+            peak_rss=self.peaks.rss,
+            peak_pss=self.peaks.pss,
+            peak_processes=self.peaks.processes,
+            cpu_s=self.peaks.last.cpu_s,
             memory_baseline=self.memory.baseline_bytes,
             alerts=tuple(self.alerts),
             answers=tuple(self.answers),
@@ -262,11 +272,7 @@ class Experiment:
     def _check(self, launched: Launched) -> None:
         self.check_no += 1
         sample = launched.sample(with_pss=True)
-        self.last_sample = sample
-        self.peak_rss = max(self.peak_rss, sample.rss_bytes)
-        if sample.pss_bytes is not None:
-            self.peak_pss = max(self.peak_pss or 0, sample.pss_bytes)
-        self.peak_processes = max(self.peak_processes, sample.processes)
+        self.peaks.add(sample)
         if not self.ui.live:
             self.watch.pump()
         obs = Observation(self.check_no, self._elapsed(), sample, self.watch.activity())
@@ -313,7 +319,7 @@ class Experiment:
         self.ui.alert(alert, options_for(alert.kind), repeated)
 
     def _write_status(self, launched: Launched, *, finished: bool = False) -> None:
-        s = self.last_sample
+        s = self.peaks.last
         status: dict[str, object] = {
             "state": self.state.value,
             "finished": finished,
@@ -371,7 +377,7 @@ class Experiment:
             self.stop_reason = "killed by the user"
         elif action is Action.ADJUST:
             self.awaiting_adjust = True
-            self.ui.say(_ADJUST_HELP)
+            self.ui.say(ADJUST_HELP)
         elif action is Action.EARLY_STOP:
             launched.send_signal(signal.SIGINT)
             self.early_stop_sent = True
@@ -400,27 +406,17 @@ class Experiment:
         if not line.strip():
             self.ui.say("Settings unchanged.")
             return
-        updates: dict[str, str] = {}
-        for token in line.split():
-            key, sep, value = token.partition("=")
-            field = _ADJUSTABLE.get(key.strip().replace("-", "_"))
-            if not sep or field is None:
-                self.ui.say(f"Not understood: {token!r}. {_ADJUST_HELP}")
-                return
-            updates[field] = value
         try:
-            new = ExperimentSpec.model_validate({**self.spec.model_dump(), **updates})
-        except Exception as exc:  # pydantic ValidationError or UsageError: say it, keep going
-            self.ui.say(f"Settings unchanged: {_one_line(exc)}")
+            new, changed = adjusted_spec(self.spec, line)
+        except ValueError as exc:
+            self.ui.say(f"Settings unchanged: {exc}")
             return
-        old = self.spec
         self.spec = new
         self.stall.checks = new.stall_checks
         self.memory.factor = new.memory_factor
         self.plateau.patience, self.plateau.min_delta = new.patience, new.min_delta
         self.progress.slow_ratio = new.slow_ratio
         self.deadline_s = self.started_s + new.timeout_s
-        changed = {f: getattr(new, f) for f in updates if getattr(new, f) != getattr(old, f)}
         self.record.emit(MonitorEvent.THRESHOLDS_ADJUSTED, changes=changed)
         self.answers.append(
             AnswerRecord(
@@ -450,16 +446,7 @@ class Experiment:
         return f"timeout extended to {new_timeout:.0f} s"
 
     def _diagnosis(self, launched: Launched) -> str:
-        lines = ["Last output lines:"]
-        lines += [f"  {line}" for line in self.watch.recent_lines()[-10:]]
-        lines.append("Processes in the tree (pid, name, RSS):")
-        lines += [
-            f"  {pid} {name} {size // 1024 // 1024} MiB"
-            for pid, name, size in launched.sample(with_pss=False).largest
-        ]
-        return "\n".join(lines)
-
-    # -- ending -----------------------------------------------------------------------------
+        return diagnosis(self.watch.recent_lines(), launched.sample(with_pss=False).largest)
 
     def _kill_tree(self, launched: Launched, reason: str) -> None:
         self.kill = launched.terminate_tree(self.spec.grace_s)
@@ -508,12 +495,8 @@ class Experiment:
 
 
 def _is_python(argv: tuple[str, ...]) -> bool:
+    """A Python command, directly or as the last word of a `bash -c` line (buffering hint)."""
     return any("python" in Path(a).name for a in argv[:3]) or any("python" in a for a in argv[-1:])
-
-
-def _one_line(exc: Exception) -> str:
-    text = getattr(exc, "message", None) or str(exc)
-    return " ".join(str(text).split())[:400]
 
 
 @contextlib.contextmanager

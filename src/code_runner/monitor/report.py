@@ -37,6 +37,16 @@ def headline(result: ExperimentResult) -> str:
     return f"{state} ({exit_text}) after {_duration(result.duration_s)}; {verdict}"
 
 
+def _memory(result: ExperimentResult) -> str:
+    if result.checks == 0:
+        return "not sampled: the command ended before the first check"
+    pss = f", PSS {mib(result.peak_pss_bytes)}" if result.peak_pss_bytes is not None else ""
+    return (
+        f"RSS {mib(result.peak_rss_bytes)} summed over the tree{pss}, "
+        f"{result.peak_processes} processes at most"
+    )
+
+
 def render_report(result: ExperimentResult) -> str:
     lines = [
         "# Experiment result",
@@ -53,9 +63,7 @@ def render_report(result: ExperimentResult) -> str:
         f"| signal | {result.signal if result.signal is not None else '-'} |",
         f"| duration | {_duration(result.duration_s)} (timeout {_duration(result.timeout_s)}) |",
         f"| started / finished | {result.started_at} / {result.finished_at} |",
-        f"| peak memory | RSS {mib(result.peak_rss_bytes)} summed over the tree"
-        + (f", PSS {mib(result.peak_pss_bytes)}" if result.peak_pss_bytes is not None else "")
-        + f", {result.peak_processes} processes at most |",
+        f"| peak memory | {_memory(result)} |",
         f"| tree CPU time | {result.cpu_s:.1f} s |",
         f"| checks | {result.checks} every {result.interval_s:g} s |",
     ]

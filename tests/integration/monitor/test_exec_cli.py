@@ -59,6 +59,15 @@ def test_bad_spec_file(tmp_path: Path) -> None:
     _assert_clean_error(ran.code, ran.err, exit_code=2, needle="cannot read spec file")
 
 
+def test_unexecutable_program_fails_cleanly_and_records_it(tmp_path: Path) -> None:
+    (tmp_path / "job.sh").write_text("#!/bin/sh\necho hi\n")  # not chmod +x
+    ran = run_exec(tmp_path, [*FAST, "--", "./job.sh"])
+    _assert_clean_error(ran.code, ran.err, exit_code=2, needle="permission denied")
+    assert "chmod +x" in ran.err
+    status = json.loads((ran.run_dir / "status.json").read_text())
+    assert status["state"] == "crashed" and status["finished"] is True
+
+
 def test_refuses_without_terminal_and_without_yes(tmp_path: Path) -> None:
     ran = run_exec(tmp_path, ["--", "true"])
     _assert_clean_error(ran.code, ran.err, exit_code=2, needle="without confirmation")
