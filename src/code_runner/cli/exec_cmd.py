@@ -64,7 +64,11 @@ _TYPES = ", ".join(t.value for t in ExperimentType)
     "--monitor", multiple=True, metavar="PATH", help="Log or output file to watch; repeatable."
 )
 @click.option("--type", "type_", metavar="TYPE", help=f"One of {_TYPES} (default: auto-detected).")
-@click.option("--interval", metavar="DURATION", help="Check interval, 10..300 s (default 30s).")
+@click.option(
+    "--interval",
+    metavar="DURATION",
+    help="Check interval, 10..300 s (default 30s); CODE_RUNNER_MIN_INTERVAL_S lowers the floor.",
+)
 @click.option(
     "--run-dir", metavar="DIR", help="Record dir (default ./code-runner-exec/<time-id>/)."
 )
