@@ -102,7 +102,18 @@ def exec_command(
     command: tuple[str, ...],
     **options: Any,
 ) -> None:
-    """Run COMMAND under the experiment monitor: exec [OPTIONS] -- COMMAND..."""
+    """Run COMMAND exactly as given, under the experiment monitor.
+
+    Write it after `--`: code-runner exec --timeout 2h -- python train.py --epochs 50.
+    It is shown and confirmed first (--yes skips). Every --interval the monitor checks
+    for an output stall, memory growth and, by type, a metric plateau or slow progress;
+    alerts are advisory. Only --timeout kills: SIGTERM to the whole tree, a grace
+    period, SIGKILL. The record (events.jsonl, status.json, stdout.log, stderr.log,
+    result.json, report.md, plots) goes to --run-dir.
+
+    Exit codes: 0 completed with the criteria met; 1 crashed, criteria not met, killed
+    by you, or not started; 2 bad input; 124 timeout; 130 interrupted.
+    """
     spec, source = _spec_from(spec_path, command, options)
     check_launchable(spec.argv, spec.cwd, os.environ)
     run_dir = spec.run_dir or default_run_dir(Path.cwd())

@@ -263,9 +263,9 @@ class Experiment:
                 self._answer(launched, line)
 
     def _show_tail(self) -> None:
-        for stream, lines in self.watch.pump().items():
-            if lines:
-                self.ui.tail(stream, lines)
+        for stream, shown in self.watch.pump().items():
+            if shown.lines or shown.transient:
+                self.ui.tail(stream, list(shown.lines), shown.transient)
 
     # -- checks -----------------------------------------------------------------------------
 

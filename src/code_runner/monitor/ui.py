@@ -49,7 +49,7 @@ class MonitorUI(Protocol):
     def input_fd(self) -> int | None: ...
     def show_plan(self, spec: ExperimentSpec, detection: Detection, run_dir: Path) -> None: ...
     def ask(self, question: str) -> str: ...
-    def tail(self, stream: str, lines: list[str]) -> None: ...
+    def tail(self, stream: str, lines: list[str], transient: str | None) -> None: ...
     def alert(self, alert: Alert, options: tuple[Option, ...], repeated: bool) -> None: ...
     def read_lines(self) -> list[str]: ...
     def say(self, text: str) -> None: ...
@@ -75,7 +75,7 @@ class PlainUI:
     def ask(self, question: str) -> str:
         return ""
 
-    def tail(self, stream: str, lines: list[str]) -> None:
+    def tail(self, stream: str, lines: list[str], transient: str | None) -> None:
         return None
 
     def alert(self, alert: Alert, options: tuple[Option, ...], repeated: bool) -> None:
@@ -112,6 +112,7 @@ class TerminalUI(PlainUI):
         self.fd = fd
         self._buffer = b""
         self._closed = False
+        self._transient = False
 
     def input_fd(self) -> int | None:
         return None if self._closed else self.fd
@@ -128,12 +129,26 @@ class TerminalUI(PlainUI):
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", errors="replace").strip()
 
-    def tail(self, stream: str, lines: list[str]) -> None:
+    def tail(self, stream: str, lines: list[str], transient: str | None) -> None:
+        """Whole lines scroll; a line being rewritten (progress bar) is redrawn in place."""
         style = "dim" if stream == "stdout" else "dim red"
+        if lines:
+            self._clear_transient()
         for line in lines:
             self.err.print(Text("│ ", style=style) + Text(_CONTROL.sub("", line)))
+        if transient is not None:
+            width = max(10, self.err.width - 3)
+            self.err.file.write("\r\x1b[2K│ " + _CONTROL.sub("", transient)[:width])
+            self.err.file.flush()
+            self._transient = True
+
+    def _clear_transient(self) -> None:
+        if self._transient:
+            self.err.file.write("\r\x1b[2K")
+            self._transient = False
 
     def alert(self, alert: Alert, options: tuple[Option, ...], repeated: bool) -> None:
+        self._clear_transient()
         again = " (repeated)" if repeated else ""
         self.err.print(
             Text(
@@ -149,6 +164,15 @@ class TerminalUI(PlainUI):
         self.err.print(
             Text("Type a letter and Enter (the command keeps running meanwhile).", style="dim")
         )
+
+    def say(self, text: str) -> None:
+        self._clear_transient()
+        super().say(text)
+
+    def finished(self, result: ExperimentResult, run_dir: Path) -> None:
+        self._clear_transient()
+        self.err.file.flush()
+        super().finished(result, run_dir)
 
     def read_lines(self) -> list[str]:
         """Lines typed since the last call; call only when the fd is readable."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 from code_runner.monitor.collect import expand
@@ -50,6 +51,14 @@ _MAX_DIR_ENTRIES = 1000
 _RECENT_LINES = 200
 
 
+@dataclass(frozen=True)
+class Shown:
+    """New whole lines of a stream, and the line being rewritten in place (a progress bar)."""
+
+    lines: tuple[str, ...]
+    transient: str | None
+
+
 class OutputWatch:
     def __init__(
         self,
@@ -77,20 +86,23 @@ class OutputWatch:
     def _monitored(self) -> list[Path]:
         return [path for pattern in self.patterns for path in expand(self.cwd, pattern)]
 
-    def pump(self, *, final: bool = False) -> dict[str, list[str]]:
-        """Read what is new; parse it; return the new terminal lines of stdout and stderr."""
-        shown: dict[str, list[str]] = {}
+    def pump(self, *, final: bool = False) -> dict[str, Shown]:
+        """Read what is new; parse it; return what a terminal shows of stdout and stderr."""
+        shown: dict[str, Shown] = {}
         for name, reader in self.streams.items():
             segments = reader.read_new(final=final)
             for seg in segments:
                 self._parse(seg.text, None)
-            lines = terminal_lines(segments)
+            cut = len(segments)
+            while cut and segments[cut - 1].overwritten:
+                cut -= 1
+            lines = terminal_lines(segments[:cut])
+            rewriting = next((g.text for g in reversed(segments[cut:]) if g.text.strip()), None)
+            partial = reader.partial_text()
             self._recent.extend(lines)
-            shown[name] = lines
-            if self.parse_progress and not final:
-                partial = reader.partial_text()
-                if partial and (p := parse_progress(partial)):
-                    self.progress = p
+            shown[name] = Shown(tuple(lines), (partial.strip() and partial) or rewriting)
+            if self.parse_progress and not final and partial and (p := parse_progress(partial)):
+                self.progress = p
         for path in self._monitored():
             if path.is_dir() or path.suffix.lower() in _BINARY_SUFFIXES:
                 continue

@@ -1,0 +1,48 @@
+"""OutputWatch: what the live tail shows, what counts as activity, what gets parsed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from code_runner.monitor.watch import OutputWatch
+
+
+def _watch(tmp_path: Path, *, parse_metrics: bool) -> tuple[OutputWatch, Path, Path]:
+    out, err = tmp_path / "out.log", tmp_path / "err.log"
+    out.write_text("")
+    err.write_text("")
+    watch = OutputWatch(out, err, tmp_path, ("logs", "metrics.csv"), parse_metrics=parse_metrics)
+    return watch, out, err
+
+
+def test_progress_bars_are_transient_and_lines_scroll(tmp_path: Path) -> None:
+    watch, _out, err = _watch(tmp_path, parse_metrics=False)
+    err.write_bytes(b"start\n 10%| 1/10\r 20%| 2/10\r 30%| 3/10")
+    shown = watch.pump()["stderr"]
+    assert shown.lines == ("start",)
+    assert shown.transient == " 30%| 3/10"  # the bar's current state is the unterminated part
+    assert watch.progress is not None and watch.progress.done == 3
+    with err.open("ab") as f:
+        f.write(b"\r 40%| 4/10\r")
+    assert watch.pump()["stderr"].transient == " 40%| 4/10"
+    with err.open("ab") as f:
+        f.write(b"100%| 10/10\ndone\n")
+    assert watch.pump()["stderr"].lines == ("100%| 10/10", "done")
+
+
+def test_activity_covers_output_and_monitored_files(tmp_path: Path) -> None:
+    watch, out, _ = _watch(tmp_path, parse_metrics=True)
+    (tmp_path / "logs").mkdir()
+    before = watch.activity()
+    assert watch.activity() == before
+    (tmp_path / "logs" / "epoch1.txt").write_text("x")
+    after_dir = watch.activity()
+    assert after_dir != before
+    out.write_text("hello\n")
+    assert watch.activity() != after_dir
+    metrics = tmp_path / "metrics.csv"
+    metrics.write_text("epoch,loss\n0,1.5\n1,1.2\n")
+    os.utime(metrics, (1, 1))
+    watch.pump()
+    assert watch.series.points["loss"] == [(0.0, 1.5), (1.0, 1.2)]
