@@ -8,13 +8,18 @@ live run is never touched; a dead one's workspace is removed and its record fini
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from code_runner import fsx, workspace
 from code_runner.events import EventKind
 from code_runner.record import SCHEMA_VERSION, TERMINAL_STATES, RunState, utc_now
+
+RUN_ID_ENV = "CODE_RUNNER_RUN_ID"  # set in every agent command and DoD by the runner
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,7 @@ class Removed:
     run_id: str
     reason: str
     record_marked: str | None  # status.json that was marked abandoned
+    killed_pids: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -30,7 +36,24 @@ class Removed:
             "run_id": self.run_id,
             "reason": self.reason,
             "record_marked": self.record_marked,
+            "killed_pids": list(self.killed_pids),
         }
+
+
+def kill_run_processes(run_id: str, *, grace_s: float = 2.0) -> tuple[int, ...]:
+    """Kill processes a dead run left running (they carry its id in their environment)."""
+    found: list[psutil.Process] = []
+    for candidate in psutil.process_iter():
+        try:
+            if candidate.environ().get(RUN_ID_ENV) == run_id:
+                found.append(candidate)
+        except (psutil.Error, OSError):
+            continue
+    for victim in found:
+        with contextlib.suppress(psutil.Error):
+            victim.kill()
+    psutil.wait_procs(found, timeout=grace_s)
+    return tuple(sorted(p.pid for p in found))
 
 
 def _mark_abandoned(output_dir: Path, run_id: str, why: str) -> str | None:
@@ -87,9 +110,11 @@ def collect(*, dry_run: bool = False, stale_after_s: float = 60.0) -> list[Remov
     removed: list[Removed] = []
     for left in workspace.find_leftovers(stale_after_s=stale_after_s):
         marked = None
+        killed: tuple[int, ...] = ()
         if not dry_run:
+            killed = kill_run_processes(left.run_id)
             workspace.force_rmtree(left.root)
             if left.output_dir:
                 marked = _mark_abandoned(Path(left.output_dir), left.run_id, left.reason)
-        removed.append(Removed(str(left.root), left.run_id, left.reason, marked))
+        removed.append(Removed(str(left.root), left.run_id, left.reason, marked, killed))
     return removed

@@ -26,6 +26,7 @@ from typing import Any
 
 from code_runner import agents, gitx, proc, snapshot, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, RoundContext
+from code_runner.cleanup import RUN_ID_ENV
 from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
 from code_runner.events import EventKind
 from code_runner.record import (
@@ -125,6 +126,7 @@ def command_env(ws: workspace.Workspace) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1",
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": "/dev/null",
+            RUN_ID_ENV: ws.run_id,  # lets `gc` find what a killed run left running
         }
     )
     return env

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from code_runner import dirs, fsx
@@ -306,6 +307,12 @@ def test_sigkill_mid_round_then_gc_leaves_nothing(tmp_path: Path) -> None:
     proc, source, _ = _start_slow_run(tmp_path)
     before = fingerprint(source)
     assert not no_workspaces()
+    sleepers = [
+        p
+        for p in psutil.process_iter(["cmdline", "cwd"])
+        if (p.info["cmdline"] or [])[-2:] == ["sleep", "60"]
+        and str(p.info["cwd"] or "").startswith(str(dirs.workspaces_dir()))
+    ]
     proc.kill()
     proc.wait()
     out = run_cli("gc")
@@ -315,6 +322,8 @@ def test_sigkill_mid_round_then_gc_leaves_nothing(tmp_path: Path) -> None:
     assert fingerprint(source) == before
     status = json.loads((tmp_path / "out/fix-calc.status.json").read_text())
     assert status["state"] == "abandoned"
+    assert sleepers and "killed leftover processes" in out.stdout
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in sleepers)
     assert run_cli("gc").stdout.strip() == "nothing to clean up"
 
 

@@ -109,7 +109,7 @@ def exec_command(
     for an output stall, memory growth and, by type, a metric plateau or slow progress;
     alerts are advisory. Only --timeout kills: SIGTERM to the whole tree, a grace
     period, SIGKILL. The record (events.jsonl, status.json, stdout.log, stderr.log,
-    result.json, report.md, plots) goes to --run-dir.
+    result.json, experiment_result.md, plots) goes to --run-dir.
 
     Exit codes: 0 completed with the criteria met; 1 crashed, criteria not met, killed
     by you, or not started; 2 bad input; 124 timeout; 130 interrupted.
@@ -179,7 +179,8 @@ def _exit_for(result: ExperimentResult, spec: ExperimentSpec, run_dir: Path, sou
         raise RunTimeout(
             f"`{spec.display_command}` exceeded its timeout of {spec.timeout_s:g} s and was "
             f"stopped with its whole process tree; the record is in {run_dir}",
-            fix="raise --timeout if the work needs longer; report.md shows how far it got",
+            fix="raise --timeout if the work needs longer; experiment_result.md shows how far "
+            "it got",
         )
     if result.interrupted:
         raise Interrupted(

@@ -12,6 +12,7 @@ import click
 from code_runner import fsx
 from code_runner.cli import render
 from code_runner.errors import RecordError, UsageError
+from code_runner.monitor import render_status
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -66,7 +67,13 @@ def _summary(status: dict[str, Any]) -> str:
 @click.option("--tail-events", type=click.IntRange(0, 10_000), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def status_command(target: Path, tail_events: int, as_json: bool) -> int:
-    """Show a run's state (TARGET: output dir, status.json or result.json)."""
+    """Show a run's state (TARGET: output dir, status.json or result.json).
+
+    An experiment's run dir (`code-runner exec`) works too.
+    """
+    if target.is_dir() and (target / "status.json").exists():
+        render.console().print(render_status(target), markup=False)
+        return 0
     status_path, events_path = locate(target)
     status = _load_json(status_path)
     events = fsx.read_jsonl(events_path)[-tail_events:] if tail_events else []

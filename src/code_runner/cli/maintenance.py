@@ -81,6 +81,8 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
     verb = "would remove" if dry_run else "removed"
     for item in removed:
         out.print(f"{verb} {item.path} (run {item.run_id}: {item.reason})")
+        if item.killed_pids:
+            out.print(f"  killed leftover processes: {', '.join(map(str, item.killed_pids))}")
         if item.record_marked:
             out.print(f"  marked {item.record_marked} abandoned")
     return 0

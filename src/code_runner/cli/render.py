@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.status import Status
 
 from code_runner.events import EventKind
 
@@ -31,15 +32,33 @@ def print_json(data: Any) -> None:
 
 
 class ProgressPrinter:
-    """Turns run events into one line per meaningful step (round, audit, DoD, result)."""
+    """Turns run events into one line per meaningful step (round, audit, DoD, result).
 
-    def __init__(self, out: Console) -> None:
+    On a terminal it also keeps a live status line (state, round, step, elapsed) under the
+    log; in a pipe it prints plain lines only.
+    """
+
+    def __init__(self, out: Console, *, live: bool | None = None) -> None:
         self.out = out
+        self.live = is_terminal() if live is None else live
+        self._status: Status | None = None
 
     def __call__(self, kind: EventKind, event: dict[str, Any]) -> None:
         line = self.describe(kind, event)
         if line:
             self.out.print(line)
+        if not self.live:
+            return
+        if kind is EventKind.STATE_CHANGED:
+            text = f"{event['to_state']}: {event.get('step') or ''}"
+            if self._status is None:
+                self._status = self.out.status(text)
+                self._status.start()
+            else:
+                self._status.update(text)
+        if kind is EventKind.RUN_FINISHED and self._status is not None:
+            self._status.stop()
+            self._status = None
 
     @staticmethod
     def describe(kind: EventKind, e: dict[str, Any]) -> str | None:

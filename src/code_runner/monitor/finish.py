@@ -1,7 +1,7 @@
 """After the command ends: collect outputs, judge the user's criteria, plot, write the record.
 
 Collection reads only declared paths and the run's own logs, and the result is rendered into
-`report.md` from the same value that goes into `result.json`.
+`experiment_result.md` from the same value that goes into `result.json`.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 `events.jsonl` gets one line per state change, alert, answer and adjustment (appended whole,
 via `fsx.append_jsonl`); `status.json` is rewritten atomically at every check so a reader
-never sees half of it; `result.json` and `report.md` are written once at the end. Times in
-events are monotonic seconds since the record was opened, plus a wall-clock stamp for people.
+never sees half of it; `result.json` and `experiment_result.md` are written once at the end.
+Times in events are monotonic seconds since the record was opened, plus a wall-clock stamp
+for people.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class RunRecord:
         self.stdout_path = run_dir / "stdout.log"
         self.stderr_path = run_dir / "stderr.log"
         self.result_path = run_dir / "result.json"
-        self.report_path = run_dir / "report.md"
+        self.report_path = run_dir / "experiment_result.md"
         self.opened_s = time.monotonic()
         self._seq = 0
 

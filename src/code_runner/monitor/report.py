@@ -1,4 +1,4 @@
-"""`report.md`: the experiment result for a person, rendered from `result.json` only.
+"""`experiment_result.md`: the experiment result for a person, rendered from `result.json` only.
 
 Rendering from the result value (never from live state) means the report and the JSON
 cannot disagree, and `code-runner status RUN_DIR` can render the same text later.
@@ -193,7 +193,7 @@ def render_status(run_dir: Path) -> str:
     if (run_dir / "result.json").exists():
         result = load_result(run_dir)
         alerts = ", ".join(sorted({a.kind for a in result.alerts})) or "none"
-        return f"{headline(result)}\nalerts: {alerts}\nreport: {run_dir / 'report.md'}"
+        return f"{headline(result)}\nalerts: {alerts}\nreport: {run_dir / 'experiment_result.md'}"
     status_path = run_dir / "status.json"
     try:
         status = json.loads(status_path.read_text(encoding="utf-8"))

@@ -98,7 +98,7 @@ class PlainUI:
     def finished(self, result: ExperimentResult, run_dir: Path) -> None:
         style = "bold green" if result.success else "bold red"
         self.out.print(Text(headline(result), style=style))
-        self.out.print(Text(f"record: {run_dir}  report: {run_dir / 'report.md'}"))
+        self.out.print(Text(f"record: {run_dir}  report: {run_dir / 'experiment_result.md'}"))
 
 
 class TerminalUI(PlainUI):

@@ -202,3 +202,24 @@ def test_sigterm_to_the_monitor_stops_the_tree(tmp_path: Path) -> None:
     result = load_result(run_dir)
     assert result.state.value == "killed" and result.interrupted
     assert gone(child)
+
+
+def test_code_runner_status_reads_an_experiment_run_dir(tmp_path: Path) -> None:
+    env = {**os.environ, "CODE_RUNNER_MIN_INTERVAL_S": "0.05"}
+    run_dir = tmp_path / "exp"
+    done = subprocess.run(
+        [PY, "-m", "code_runner", "exec", "--run-dir", str(run_dir), *FAST, "--", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "experiment_result.md").exists()
+    shown = subprocess.run(
+        [PY, "-m", "code_runner", "status", str(run_dir)], capture_output=True, text=True, env=env
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("COMPLETED (exit 0)")
+    assert "experiment_result.md" in shown.stdout

@@ -33,7 +33,7 @@ def test_training_plateau_alert_metrics_and_plot(tmp_path: Path) -> None:
     loss = next(m for m in result.metrics if m.name == "loss")
     assert loss.points == 24 and loss.last == 0.5 and loss.plot == "plot-loss.png"
     assert (ran.run_dir / "plot-loss.png").read_bytes()[:4] == b"\x89PNG"
-    report = (ran.run_dir / "report.md").read_text()
+    report = (ran.run_dir / "experiment_result.md").read_text()
     assert "METRIC_PLATEAU" in report and "![loss](plot-loss.png)" in report
     assert "[METRIC_PLATEAU] detected at check #" in ran.err  # no terminal: alerts to stderr
     assert "RESOURCE_ALERT" not in ran.alert_kinds()
@@ -186,7 +186,7 @@ def test_crash_keeps_the_traceback(tmp_path: Path) -> None:
     assert result.stderr_tail[0].startswith("Traceback")
     assert result.stderr_tail[-1] == "ZeroDivisionError: division by zero"
     assert "CRASHED (exit 1)" in ran.out
-    assert "ZeroDivisionError" in (ran.run_dir / "report.md").read_text()
+    assert "ZeroDivisionError" in (ran.run_dir / "experiment_result.md").read_text()
 
 
 OUTPUTS = """
@@ -236,7 +236,7 @@ def test_structured_outputs_are_summarized_and_missing_ones_flagged(tmp_path: Pa
     jsonl = by_pattern["rows.jsonl"].files[0]
     assert jsonl.summary is not None and jsonl.summary.rows == 7 and jsonl.size_bytes > 0
     assert all(c.passed for c in result.criteria)
-    report = (ran.run_dir / "report.md").read_text()
+    report = (ran.run_dir / "experiment_result.md").read_text()
     assert "**MISSING**" in report and "### `out.csv`" in report
 
 

@@ -12,7 +12,7 @@ Three measurements, each repeated; prints medians and ratios:
    SIGTERM-ignoring process: time from the first SIGTERM to the last process gone, against
    the target grace + 1 s.
 
-    python bench/monitor_overhead.py [--repeat 5] [--json out.json]
+    python bench/monitor.py [--repeat 5] [--json out.json]
 """
 
 from __future__ import annotations
