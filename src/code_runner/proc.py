@@ -18,9 +18,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,9 +181,16 @@ def _run_to_files(
                 stdout_size=0,
                 stderr_size=0,
             )
-        timed_out, output_limited = _wait(
-            popen, started + timeout_s, (out_path, err_path), max_output_bytes
-        )
+        try:
+            timed_out, output_limited = _wait(
+                popen, started + timeout_s, (out_path, err_path), max_output_bytes
+            )
+        except BaseException:  # an interrupt while waiting: leave no process behind
+            with signals_deferred():
+                _terminate(popen, token, grace_s)
+                popen.wait()
+                _kill_descendants(token, popen.pid, grace_s)
+            raise
         if timed_out or output_limited:
             _terminate(popen, token, grace_s)
         returncode = popen.wait()
@@ -289,6 +297,112 @@ def _kill_descendants(token: str, root_pid: int, grace_s: float) -> int:
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(proc.pid, os.WNOHANG)
     return len(leftovers)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends (main thread only; elsewhere a no-op).
+
+    Cleanup that must finish, such as killing a process tree, runs inside it: the runner's
+    interrupt handler then fires after the cleanup instead of cutting it short.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class Spawned:
+    """A child started by `spawn` that the caller supervises: poll it, then kill its tree.
+
+    For callers that must watch a process while it runs (read its output as it grows,
+    stop it on an idle timeout); `run` is the simpler choice when waiting is enough.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], token: str, started: float) -> None:
+        self.popen = popen
+        self.token = token
+        self.started = started
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        """The exit code once the child has exited (128+N for signal N), else None."""
+        code = self.popen.poll()
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
+
+    def kill_tree(self, grace_s: float = DEFAULT_GRACE_S) -> int:
+        """End the child and everything it started (SIGTERM, grace, SIGKILL); reap them.
+
+        Returns how many descendants outside the child's process group were killed.
+        Signals are deferred meanwhile, so an interrupt cannot leave half a tree behind.
+        """
+        with signals_deferred():
+            if self.popen.poll() is None:
+                _terminate(self.popen, self.token, grace_s)
+            self.popen.wait()
+            return _kill_descendants(self.token, self.popen.pid, grace_s)
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    stdout_path: Path,
+    stderr_path: Path,
+) -> Spawned:
+    """Start `argv` in its own session, stdin from /dev/null, output appended to files.
+
+    The child carries a fresh token (`TOKEN_ENV`) so `kill_tree` finds descendants that
+    left its process group. Raises OSError when the program cannot be started.
+    """
+    token = uuid.uuid4().hex
+    child_env = {**env, TOKEN_ENV: token}
+    stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    stderr_path.parent.mkdir(parents=True, exist_ok=True)
+    with stdout_path.open("ab") as out_f, stderr_path.open("ab") as err_f:
+        popen = subprocess.Popen(
+            tuple(argv),
+            cwd=str(cwd),
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=out_f,
+            stderr=err_f,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return Spawned(popen, token, time.monotonic())
+
+
+def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
+    """End every descendant of ours that carries `token` (SIGTERM, grace, SIGKILL); reap.
+
+    For trees whose root is not our child (a tmux server: it daemonizes, and is found
+    here because the runner is a child subreaper). Returns how many were signalled.
+    """
+    with signals_deferred():
+        found = _tokened(token, os.getpid())
+        for child in found:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
+        _, alive = psutil.wait_procs(found, timeout=grace_s)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(alive, timeout=grace_s)
+        for child in found:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(child.pid, os.WNOHANG)
+        return len(found)
 
 
 def read_head_tail(path: Path, head_bytes: int, tail_bytes: int) -> tuple[str, int]:
