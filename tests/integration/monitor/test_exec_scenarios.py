@@ -87,6 +87,7 @@ def test_memory_grower_raises_a_resource_alert(tmp_path: Path) -> None:
 
 HEAVY_START = """
 import time
+time.sleep(0.4)  # a slow start (imports), so the first check always sees the small process
 try:
     import numpy  # noqa: F401  (an import-heavy start, as in most ML/data jobs)
 except ImportError:
