@@ -14,6 +14,8 @@ class EventKind(StrEnum):
     AGENT_STARTED = "agent_started"
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
+    MODEL_TURN = "model_turn"  # one model call answered (usage, timing, tool calls)
+    AGENT_WARNING = "agent_warning"  # e.g. a price or usage the budget cannot count
     AGENT_FINISHED = "agent_finished"
     AUDIT = "audit"
     CHANGES_DROPPED = "changes_dropped"

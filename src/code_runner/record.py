@@ -92,6 +92,11 @@ class Reason(StrEnum):
     RUN_TIMEOUT = "run_timeout"
     AGENT_ERROR = "agent_error"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    # a model backend's budgets, one code each (the run keeps its best patch so far)
+    BUDGET_TURNS = "budget_turns"
+    BUDGET_TOKENS = "budget_tokens"
+    BUDGET_COST = "budget_cost"
+    BUDGET_WALL_CLOCK = "budget_wall_clock"
     SAFETY_VIOLATION = "safety_violation"
     SOURCE_CHANGED = "source_changed"
     PATCH_INVALID = "patch_invalid"
@@ -153,6 +158,11 @@ class RecordPaths:
     def verifier_log(self) -> Path:
         return self.file("verifier.log")
 
+    @property
+    def transcript(self) -> Path:
+        """Every model request and response of the run (model backends only)."""
+        return self.file("transcript.jsonl")
+
 
 Listener = Callable[[EventKind, dict[str, Any]], None]
 
@@ -186,6 +196,7 @@ class RunRecord:
             "patch",
             "hunk.md",
             "verifier.log",
+            "transcript.jsonl",
         ):
             path = paths.file(suffix)
             if path.exists():

@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any
 
 from code_runner import agents, gitx, proc, snapshot, verify, workspace
-from code_runner.agents.base import Agent, AgentOutcome, AgentStop, RoundContext
+from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
 from code_runner.cleanup import RUN_ID_ENV
 from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
 from code_runner.events import EventKind
@@ -41,6 +41,12 @@ from code_runner.spec import TaskSpec, spec_to_request
 from code_runner.tools import Toolbox
 
 _ENV_PASSTHROUGH = ("PATH", "LANG", "TZ", "VIRTUAL_ENV", "PYTHONPATH")
+_BUDGET_REASONS: dict[BudgetKind | None, Reason] = {
+    BudgetKind.TURNS: Reason.BUDGET_TURNS,
+    BudgetKind.TOKENS: Reason.BUDGET_TOKENS,
+    BudgetKind.COST: Reason.BUDGET_COST,
+    BudgetKind.WALL_CLOCK: Reason.BUDGET_WALL_CLOCK,
+}
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
             fix="commit at least once, or set `base` to an existing commit.",
         )
     base = result.stdout.decode().strip()
-    agent = agents.make_agent(spec.backend, base_dir=base_dir)
+    agent = agents.make_agent(spec.backend, base_dir=base_dir, source_dir=source.work_tree)
     warnings: list[str] = []
     if shutil.which("rg") is None:
         warnings.append("ripgrep (rg) is not installed: the search_code tool will fail")
@@ -261,6 +267,7 @@ class TaskRun:
                 "agent_stop": outcome.stop.value,
                 "agent_turns": outcome.turns,
                 "agent_error": outcome.error,
+                **({"agent_usage": dict(outcome.usage)} if outcome.usage else {}),
                 "audit": audit.to_dict(),
             }
             if audit.violations:
@@ -299,7 +306,8 @@ class TaskRun:
                 self.status, self.reason = ResultStatus.PASSED, Reason.DOD_PASSED
                 return
             if outcome.stop is AgentStop.BUDGET:
-                self.reason, self.error = Reason.BUDGET_EXHAUSTED, outcome.error
+                self.reason = _BUDGET_REASONS.get(outcome.budget, Reason.BUDGET_EXHAUSTED)
+                self.error = outcome.error
                 return
             if outcome.stop is AgentStop.ERROR:
                 self.reason, self.error = Reason.AGENT_ERROR, outcome.error
@@ -523,7 +531,12 @@ class TaskRun:
                     "hunk",
                     "verifier_log",
                 )
-            },
+            }
+            | (
+                {"transcript": str(self.record.paths.transcript)}
+                if self.record.paths.transcript.exists()
+                else {}
+            ),
         }
 
 

@@ -13,7 +13,7 @@ import pytest
 from code_runner import agents
 from code_runner.agents.base import AgentStop, RoundContext, ToolResult, ToolSpec
 from code_runner.agents.scripted import Script, ScriptedAgent, load_script
-from code_runner.errors import UsageError
+from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, ListSink
 from code_runner.policy import Allowlist
 from code_runner.tools import Toolbox
@@ -252,7 +252,7 @@ def test_make_scripted_agent_relative_to_base_dir(tmp_path: Path) -> None:
 
 
 def test_unknown_backend_lists_the_choices(tmp_path: Path) -> None:
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(PreflightError) as info:
         agents.make_agent("gpt-17:turbo", base_dir=tmp_path)
     assert "unknown backend 'gpt-17:turbo'" in info.value.message
     assert "scripted" in (info.value.fix or "")

@@ -15,13 +15,19 @@ from pathlib import Path
 from typing import cast
 
 from code_runner.agents.base import Agent
-from code_runner.errors import UsageError
+from code_runner.errors import PreflightError
 
 AgentFactory = Callable[..., Agent]
 
-# name -> "module:function". Later: openai, codex-cli, claude-cli, command, replay.
+# name -> "module:function". Later: codex-cli, claude-cli, command.
 _BACKENDS: dict[str, str] = {
     "scripted": "code_runner.agents.scripted:from_arg",
+    "openai": "code_runner.agents.openai_backend:from_arg",
+    "replay": "code_runner.agents.replay:from_arg",
+}
+# a config entry's `kind` -> the factory that builds it (`NAME` from code-runner.toml)
+_KINDS: dict[str, str] = {
+    "openai": "code_runner.agents.openai_backend:from_arg",
 }
 
 
@@ -35,19 +41,33 @@ def parse_backend(backend: str) -> tuple[str, str | None]:
     return name.strip(), (arg if sep and arg else None)
 
 
-def make_agent(backend: str, *, base_dir: Path) -> Agent:
-    """Build the agent `backend` names; ARG paths are relative to `base_dir`."""
+def make_agent(backend: str, *, base_dir: Path, source_dir: Path | None = None) -> Agent:
+    """Build the agent `backend` names; ARG paths are relative to `base_dir`.
+
+    A name that is not built in is looked up in the config (`code_runner.config`, which
+    `source_dir`'s code-runner.toml may hold). Factories preflight what they can: an
+    unknown name, a missing key or an unreachable endpoint is a PreflightError here,
+    before any workspace exists.
+    """
     name, arg = parse_backend(backend)
     target = _BACKENDS.get(name)
     if target is None:
-        raise UsageError(
-            f"unknown backend {backend!r}.",
-            fix=f"use one of: {', '.join(available_backends())} (as NAME or NAME:ARG, "
-            "e.g. `scripted:fix.json`).",
-        )
+        from code_runner import config
+
+        configured = config.load_config(source_dir)
+        entry = configured.backends.get(name)
+        target = _KINDS.get(entry.kind) if entry is not None else None
+        if target is None:
+            choices = sorted({*available_backends(), *configured.backends})
+            raise PreflightError(
+                f"unknown backend {backend!r}.",
+                fix=f"use one of: {', '.join(choices)} (as NAME or NAME:ARG, e.g. "
+                "`scripted:fix.json`, `openai:gpt-4o-mini`), or define it as "
+                f"[backends.{name}] in {config.REPO_CONFIG_NAME} ({configured.origin} is used).",
+            )
     module_name, _, attr = target.partition(":")
     factory = cast(AgentFactory, getattr(importlib.import_module(module_name), attr))
-    return factory(arg, base_dir=base_dir)
+    return factory(arg, base_dir=base_dir, source_dir=source_dir, name=name)
 
 
 __all__ = ["AgentFactory", "available_backends", "make_agent", "parse_backend"]

@@ -34,6 +34,7 @@ class ToolErrorCode(StrEnum):
     TOO_LARGE = "TOO_LARGE"
     NOT_A_FILE = "NOT_A_FILE"
     IO_ERROR = "IO_ERROR"
+    DUPLICATE_CALL = "DUPLICATE_CALL"  # the same call again with nothing changed in between
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,15 @@ class AgentStop(StrEnum):
     ERROR = "error"
 
 
+class BudgetKind(StrEnum):
+    """Which budget ended a run (with `AgentStop.BUDGET`); each has its own reason code."""
+
+    TURNS = "turns"  # model turns in one round
+    TOKENS = "tokens"  # tokens in the whole run, as the provider reported them
+    COST = "cost"  # money in the whole run, from reported usage and configured prices
+    WALL_CLOCK = "wall_clock"  # seconds in one round or in the whole run
+
+
 @dataclass(frozen=True)
 class RoundContext:
     """Everything an agent may know at the start of a round."""
@@ -96,6 +106,8 @@ class AgentOutcome:
     response: str = ""
     turns: int = 0
     error: str | None = None
+    budget: BudgetKind | None = None  # with AgentStop.BUDGET: which one ran out
+    usage: Mapping[str, Any] = field(default_factory=dict)  # tokens, cost, calls so far
 
 
 class Agent(Protocol):

@@ -136,7 +136,7 @@ class ScriptedAgent:
         return AgentOutcome(AgentStop.DONE, response=round_.response, turns=1)
 
 
-def from_arg(arg: str | None, *, base_dir: Path) -> ScriptedAgent:
+def from_arg(arg: str | None, *, base_dir: Path, **_context: object) -> ScriptedAgent:
     """The registry's factory: `scripted:PATH`, PATH relative to `base_dir`."""
     if not arg:
         raise UsageError(

@@ -9,6 +9,7 @@ from code_runner.cli.boundary import entry
 from code_runner.cli.demo_cmd import demo_command
 from code_runner.cli.inspect_cmd import result_command, status_command, watch_command
 from code_runner.cli.maintenance import doctor_command, gc_command, schema_command
+from code_runner.cli.replay_cmd import replay_command
 from code_runner.cli.run_cmd import dry_run_command, run_command
 
 
@@ -32,6 +33,7 @@ for command in (
     gc_command,
     schema_command,
     demo_command,
+    replay_command,
 ):
     cli.add_command(command)
 

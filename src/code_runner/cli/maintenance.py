@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 import click
 
 from code_runner import agents, cleanup, dirs, gitx, proc, spec
 from code_runner.cli import render
+from code_runner.errors import CodeRunnerError
 
 _TOOLS: dict[str, tuple[list[str], str]] = {
     "git": (["git", "--version"], "required: workspaces, audit and patches"),
@@ -32,13 +34,23 @@ def _probe(argv: list[str]) -> dict[str, Any]:
     return {"found": True, "path": path, "version": text[0] if text else None, "ok": result.ok}
 
 
-def doctor_report() -> dict[str, Any]:
+def _model_backends(source_dir: Path | None) -> dict[str, Any]:
+    from code_runner.agents.doctor import backend_report
+
+    try:
+        return backend_report(source_dir)
+    except CodeRunnerError as exc:
+        return {"config": None, "backends": {}, "error": exc.render()}
+
+
+def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
     tools = {name: {**_probe(argv), "why": why} for name, (argv, why) in _TOOLS.items()}
     state = dirs.state_dir()
     probe_dir = state if state.exists() else state.parent
     return {
         "tools": tools,
         "backends": agents.available_backends(),
+        "model_backends": _model_backends(source_dir),
         "credentials": {name: name in os.environ for name in _CREDENTIALS},
         "state_dir": str(state),
         "state_dir_writable": os.access(probe_dir, os.W_OK) if probe_dir.exists() else False,
@@ -49,9 +61,14 @@ def doctor_report() -> dict[str, Any]:
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True)
-def doctor_command(as_json: bool) -> int:
+@click.option(
+    "--source",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Source repo whose code-runner.toml to read (default: the current directory).",
+)
+def doctor_command(as_json: bool, source: Path | None) -> int:
     """Check the machine: tools, backends, which credentials are set (by name only)."""
-    report = doctor_report()
+    report = doctor_report(source or Path.cwd())
     if as_json:
         render.print_json(report)
         return 0 if report["ok"] else 3
@@ -60,6 +77,21 @@ def doctor_command(as_json: bool) -> int:
         mark = "[green]ok[/]" if info["found"] else "[red]missing[/]"
         out.print(f"{name:6} {mark} {info.get('version') or ''}  [dim]{info['why']}[/]")
     out.print(f"backends: {', '.join(report['backends'])}")
+    models = report["model_backends"]
+    if models.get("error"):
+        out.print(f"[red]config problem[/]: {models['error']}")
+    else:
+        out.print(f"model backends (from {models['config']}):")
+    for name, info in models["backends"].items():
+        key = info["api_key_env"]
+        state = "set" if info["key_set"] else "not set"
+        key_state = "no key needed" if key is None else f"${key} {state}"
+        answers = "[green]answers[/]" if info.get("reachable") else f"[red]{info.get('problem')}[/]"
+        model = info["model"] or "-"
+        out.print(
+            f"  {name} ({info['kind']}, model {model}): {info.get('base_url')} {answers}; "
+            f"{key_state}"
+        )
     for name, present in report["credentials"].items():
         out.print(f"{name}: {'set' if present else 'not set'}")
     out.print(f"state dir: {report['state_dir']}")

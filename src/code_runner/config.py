@@ -1,0 +1,263 @@
+"""Named backends and budget defaults: `code-runner.toml` in the source repo, else the user's
+`$XDG_CONFIG_HOME/code-runner/config.toml`, else the built-ins.
+
+    [budget]                      # defaults for every model backend
+    turns_per_round = 40
+    cost_per_run_usd = 2.0
+
+    [backends.local]              # used by `backend: local` or `local:OTHER-MODEL`
+    kind = "openai"               # the default; later kinds (agent CLIs) add their fields
+    base_url = "http://127.0.0.1:8000/v1"
+    model = "qwen2.5-coder"
+    api_key_env = ""              # this server needs no key
+    send_max_tokens = false
+    price_in_per_mtok = 0.0
+    price_out_per_mtok = 0.0
+
+    [backends.local.budget]       # overrides [budget] for this backend only
+    turns_per_round = 20
+
+The first file found is the only one read; the built-in `openai` backend (base URL and
+key from the SDK's own `OPENAI_BASE_URL` / `OPENAI_API_KEY`, model from `openai:MODEL`)
+exists unless a file redefines it. A file is validated whole: every problem is reported
+at once, as a `SpecError`, before anything runs.
+
+A backend entry's `kind` picks its model: `ProviderSettings` holds what every kind that
+talks to a model provider shares (endpoint, model, key variable, prices); a kind adds its
+own fields in a subclass and one line in `BACKEND_KINDS`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from code_runner.errors import SpecError
+
+REPO_CONFIG_NAME = "code-runner.toml"
+CONFIG_ENV = "CODE_RUNNER_CONFIG"  # an explicit file wins over both places
+_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class BudgetConfig(BaseModel):
+    """Limits of one run of a model backend. `None` means no limit (turns always have one)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    turns_per_round: PositiveInt = 50
+    tokens_per_run: PositiveInt | None = None
+    cost_per_run_usd: PositiveFloat | None = None
+    round_wall_clock_s: PositiveFloat | None = None
+    run_wall_clock_s: PositiveFloat | None = None
+
+
+class ProviderSettings(BaseModel):
+    """What every backend kind that talks to a model provider shares."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = "openai"
+    base_url: str | None = Field(
+        default=None, description="Endpoint; unset: the SDK's OPENAI_BASE_URL or its default."
+    )
+    model: str | None = Field(default=None, description="Model name; `NAME:MODEL` overrides.")
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY",
+        description="Name of the environment variable holding the key; '' for no key.",
+    )
+    headers: dict[str, str] = Field(default_factory=dict)
+    request_timeout_s: PositiveFloat = 120.0
+    price_in_per_mtok: Price | None = None
+    price_out_per_mtok: Price | None = None
+    budget: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of [budget] for this backend."
+    )
+
+    @property
+    def price_known(self) -> bool:
+        return self.price_in_per_mtok is not None and self.price_out_per_mtok is not None
+
+    def public(self) -> dict[str, Any]:
+        """The settings as recorded in a transcript (names of variables, never values)."""
+        return self.model_dump(mode="json")
+
+
+class OpenAIBackend(ProviderSettings):
+    """`kind = "openai"`: the built-in tool loop over an OpenAI-compatible Chat Completions API."""
+
+    kind: Literal["openai"] = "openai"
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    send_max_tokens: bool = True  # some gateways reject `max_tokens`
+    max_tokens: PositiveInt | None = None
+    tool_choice: Literal["auto", "required", "none"] | None = "auto"
+    include_usage: bool = True  # ask for the usage chunk (`stream_options.include_usage`)
+    retries: Annotated[int, Field(strict=True, ge=0, le=10)] = 3
+    retry_backoff_s: Annotated[float, Field(ge=0, le=60, allow_inf_nan=False)] = 1.0
+    max_retry_wait_s: Annotated[float, Field(ge=0, le=600, allow_inf_nan=False)] = 60.0
+
+
+# kind -> settings model. A new kind (codex-cli, claude-cli, command) is one line here.
+BACKEND_KINDS: dict[str, type[ProviderSettings]] = {"openai": OpenAIBackend}
+
+BUILTIN_BACKENDS: dict[str, ProviderSettings] = {"openai": OpenAIBackend()}
+
+
+@dataclass(frozen=True)
+class Config:
+    backends: Mapping[str, ProviderSettings]
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    source: Path | None = None  # the file read; None: built-ins only
+
+    def budget_for(self, backend: ProviderSettings) -> BudgetConfig:
+        """[budget] with the backend's own overrides applied (validated at load time)."""
+        if not backend.budget:
+            return self.budget
+        return BudgetConfig.model_validate({**self.budget.model_dump(), **backend.budget})
+
+    @property
+    def origin(self) -> str:
+        return str(self.source) if self.source else "built-in defaults"
+
+
+def user_config_path() -> Path:
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    return base / "code-runner" / "config.toml"
+
+
+def config_path(source_dir: Path | None) -> Path | None:
+    """The one config file that applies: $CODE_RUNNER_CONFIG, the repo's, the user's, or none."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    candidates = [source_dir / REPO_CONFIG_NAME] if source_dir is not None else []
+    candidates.append(user_config_path())
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def load_config(source_dir: Path | None = None) -> Config:
+    """Read and validate the config that applies to a run in `source_dir`."""
+    path = config_path(source_dir)
+    if path is None:
+        return Config(backends=dict(BUILTIN_BACKENDS))
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(str(path), [f"the file does not exist (named by ${CONFIG_ENV})"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(str(path), [f"the file cannot be read: {exc}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(str(path), [f"TOML syntax error: {exc}"]) from None
+    return parse_config(data, source=path)
+
+
+def parse_config(data: Mapping[str, Any], *, source: Path | None = None) -> Config:
+    """Validate parsed TOML; SpecError listing every problem at once."""
+    problems: list[str] = []
+    unknown = sorted(set(data) - {"backends", "budget"})
+    problems += [
+        f"`{key}`: unknown table; the tables are [budget] and [backends.NAME]" for key in unknown
+    ]
+    budget = BudgetConfig()
+    raw_budget = data.get("budget", {})
+    if isinstance(raw_budget, Mapping):
+        try:
+            budget = BudgetConfig.model_validate(raw_budget)
+        except ValidationError as exc:
+            problems += _problems("budget", exc)
+    else:
+        problems.append("`budget`: must be a table ([budget])")
+    backends: dict[str, ProviderSettings] = dict(BUILTIN_BACKENDS)
+    raw_backends = data.get("backends", {})
+    if not isinstance(raw_backends, Mapping):
+        problems.append("`backends`: must be tables ([backends.NAME])")
+        raw_backends = {}
+    for name, entry in raw_backends.items():
+        where = f"backends.{name}"
+        if not isinstance(entry, Mapping):
+            problems.append(f"`{where}`: must be a table ([{where}])")
+            continue
+        if not _valid_name(name):
+            problems.append(
+                f"`{where}`: a backend name is a letter then letters, digits, '.', '_' or '-'"
+            )
+            continue
+        kind = entry.get("kind", "openai")
+        model = BACKEND_KINDS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            problems.append(
+                f"`{where}.kind`: unknown kind {kind!r}; the kinds are: {', '.join(BACKEND_KINDS)}"
+            )
+            continue
+        try:
+            backends[name] = model.model_validate(dict(entry))
+        except ValidationError as exc:
+            problems += _problems(where, exc)
+        overrides = entry.get("budget", {})
+        if isinstance(overrides, Mapping):
+            try:
+                BudgetConfig.model_validate({**budget.model_dump(), **overrides})
+            except ValidationError as exc:
+                problems += _problems(f"{where}.budget", exc)
+    if problems:
+        raise SpecError(
+            str(source) if source else "config",
+            problems,
+            fix="correct the entries above (see `code-runner doctor` for the backends in use); "
+            "nothing was run.",
+        )
+    return Config(backends=backends, budget=budget, source=source)
+
+
+def _valid_name(name: object) -> bool:
+    return isinstance(name, str) and re.match(_NAME_PATTERN, name) is not None
+
+
+def _problems(where: str, exc: ValidationError) -> list[str]:
+    out = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join([where, *(str(part) for part in error["loc"])])
+        if error["type"] == "extra_forbidden":
+            out.append(f"`{loc}`: unknown field; remove it or check its spelling")
+        elif error["type"] == "missing":
+            out.append(f"`{loc}`: required")
+        else:
+            out.append(f"`{loc}`: {error['msg']} (got {error.get('input')!r:.60})")
+    return out
+
+
+def resolve(config: Config, name: str, arg: str | None) -> ProviderSettings | None:
+    """The settings `NAME[:MODEL]` names, with MODEL applied; None if NAME is not configured."""
+    entry = config.backends.get(name)
+    if entry is None:
+        return None
+    if arg:
+        return entry.model_copy(update={"model": arg})
+    return entry
+
+
+__all__ = [
+    "BACKEND_KINDS",
+    "CONFIG_ENV",
+    "REPO_CONFIG_NAME",
+    "BudgetConfig",
+    "Config",
+    "OpenAIBackend",
+    "ProviderSettings",
+    "config_path",
+    "load_config",
+    "parse_config",
+    "resolve",
+    "user_config_path",
+]
