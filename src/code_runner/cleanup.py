@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from code_runner import fsx, workspace
+from code_runner import apply, fsx, workspace
 from code_runner.events import EventKind
 from code_runner.record import SCHEMA_VERSION, TERMINAL_STATES, RunState, utc_now
 
@@ -118,3 +118,9 @@ def collect(*, dry_run: bool = False, stale_after_s: float = 60.0) -> list[Remov
                 marked = _mark_abandoned(Path(left.output_dir), left.run_id, left.reason)
         removed.append(Removed(str(left.root), left.run_id, left.reason, marked, killed))
     return removed
+
+
+def repair_applies(*, dry_run: bool = False) -> list[apply.Repair]:
+    """Applies whose process died half-way: their source paths go back from the journal
+    (or a commit that had landed is finished). See `apply.repair`."""
+    return apply.repair_stale(dry_run=dry_run)

@@ -70,6 +70,11 @@ class PreflightError(EnvironmentProblem):
     """A check before any workspace is made failed."""
 
 
+class ApplyRefused(EnvironmentProblem):
+    """The source is not in a state to take a patch (dirty overlap, HEAD moved, staged
+    files); nothing in it was changed."""
+
+
 class LockHeld(EnvironmentProblem):
     """Another process holds a lock this operation needs."""
 

@@ -29,6 +29,17 @@ class EventKind(StrEnum):
     WORKSPACE_RELEASED = "workspace_released"
     SOURCE_CHECKED = "source_checked"
     SIGNAL_RECEIVED = "signal_received"
+    # the apply step (complete-task mode, `code-runner apply`, `reject`, repairs)
+    APPLY_STARTED = "apply_started"
+    APPLY_REFUSED = "apply_refused"
+    APPLY_JOURNALED = "apply_journaled"
+    SOURCE_PATCH_APPLIED = "source_patch_applied"
+    SOURCE_BYPRODUCTS_MOVED = "source_byproducts_moved"
+    SOURCE_ROLLED_BACK = "source_rolled_back"
+    SOURCE_COMMITTED = "source_committed"
+    APPLY_FINISHED = "apply_finished"
+    APPLY_REPAIRED = "apply_repaired"
+    RUN_REJECTED = "run_rejected"
     ERROR = "error"
     RUN_FINISHED = "run_finished"
 

@@ -32,6 +32,7 @@ class RunState(StrEnum):
     AUDITING = "auditing"
     VERIFYING = "verifying"
     EXPORTING = "exporting"
+    APPLYING = "applying"  # complete-task mode: landing the patch in the source
     RELEASING = "releasing"
     PASSED = "passed"
     FAILED = "failed"
@@ -51,6 +52,7 @@ _WORKING = {
     RunState.AUDITING,
     RunState.VERIFYING,
     RunState.EXPORTING,
+    RunState.APPLYING,
     RunState.RELEASING,
 }
 _ENDINGS = {RunState.FAILED, RunState.ERROR, RunState.INTERRUPTED}
@@ -62,7 +64,8 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.AGENT: frozenset({RunState.AUDITING, RunState.EXPORTING, RunState.RELEASING}),
     RunState.AUDITING: frozenset({RunState.VERIFYING, RunState.EXPORTING, RunState.RELEASING}),
     RunState.VERIFYING: frozenset({RunState.AGENT, RunState.EXPORTING, RunState.RELEASING}),
-    RunState.EXPORTING: frozenset({RunState.RELEASING}),
+    RunState.EXPORTING: frozenset({RunState.APPLYING, RunState.RELEASING}),
+    RunState.APPLYING: frozenset({RunState.RELEASING}),
     RunState.RELEASING: frozenset({RunState.PASSED, *_ENDINGS}),
     **{state: frozenset() for state in TERMINAL_STATES},
 }
@@ -104,6 +107,10 @@ class Reason(StrEnum):
     WORKSPACE_ERROR = "workspace_error"
     INTERNAL_ERROR = "internal_error"
     ABANDONED = "abandoned"
+    # complete-task mode: the isolated DoD passed, landing the patch in the source did not
+    APPLY_REFUSED = "apply_refused"  # the source was not in a state to take it; untouched
+    SOURCE_DOD_FAILED = "source_dod_failed"  # applied, but the DoD failed in the source
+    APPLY_FAILED = "apply_failed"  # writing, committing or rolling back went wrong
 
 
 class IllegalTransition(CodeRunnerError):
@@ -157,6 +164,16 @@ class RecordPaths:
     @property
     def verifier_log(self) -> Path:
         return self.file("verifier.log")
+
+    @property
+    def apply_journal(self) -> Path:
+        """The apply step's journal: prior state of every source path it touches."""
+        return self.file("apply.json")
+
+    @property
+    def apply_dir(self) -> Path:
+        """Saved prior bytes (`prior/N`) and moved DoD byproducts of the apply step."""
+        return self.file("apply")
 
     @property
     def transcript(self) -> Path:

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from code_runner import agents, gitx, proc, snapshot, verify, workspace
+from code_runner import agents, apply, gitx, proc, snapshot, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
 from code_runner.cleanup import RUN_ID_ENV
 from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
@@ -85,11 +85,12 @@ def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
     """Every check that can fail before anything is created."""
     source = gitx.open_source(spec.cwd)
     assert source.work_tree is not None
-    if spec.apply_to_source:
+    if spec.commit_on_success and apply.commit_identity(source, None) is None:
         raise PreflightError(
-            "apply_to_source is not available in this version; runs are patch-only.",
-            fix="remove apply_to_source/commit_on_success and apply the patch yourself "
-            "(`git apply OUTPUT_DIR/TASK.patch`).",
+            f"commit_on_success is set but the source repo {source.work_tree} has no git "
+            "identity (user.name and user.email), so the runner could not commit.",
+            fix="set them (`git -C SOURCE config user.name ...; ... user.email ...`), or set "
+            "commit_on_success to false and commit with `code-runner apply --commit --author`.",
         )
     base_ref = spec.base or "HEAD"
     result = source.run("rev-parse", "--verify", "--quiet", f"{base_ref}^{{commit}}", check=False)
@@ -196,6 +197,7 @@ class TaskRun:
         self.patch_info: dict[str, Any] = {}
         self.violations: list[str] = []
         self.dropped: list[dict[str, object]] = []
+        self.applied: apply.ApplyOutcome | None = None  # complete-task mode only
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -390,6 +392,72 @@ class TaskRun:
             self.status, self.reason = ResultStatus.ERROR, Reason.PATCH_INVALID
             self.error = f"the exported patch does not apply to base: {detail}"
 
+    # --- complete-task mode: the apply step (apply.py does the work) --------------------
+
+    def _apply(self, ws: workspace.Workspace, before: snapshot.SourceSnapshot) -> None:
+        spec = self.spec
+        self.record.transition(RunState.APPLYING, step="apply to source")
+        outcome = self.applied = apply.apply_patch(
+            apply.ApplyRequest(
+                source=self.pre.source,
+                run_id=self.run_id,
+                task_id=spec.task_id,
+                title=spec.title,
+                base=self.pre.base,
+                patch=self.record.paths.patch.read_bytes(),
+                allowlist=spec.allowlist_policy,
+                dod=spec.definition_of_done,
+                env=command_env(ws),
+                record=self.record.paths,
+                commit=spec.commit_on_success,
+                rollback=spec.rollback_on_failure,
+                unchanged_since=before,
+            ),
+            self.record,
+        )
+        if outcome.interrupted:
+            raise Interrupted(outcome.error or "interrupted during the apply step")
+        if not outcome.ok:
+            self.status, self.error = ResultStatus.FAILED, outcome.error
+            self.reason = (
+                Reason.APPLY_REFUSED
+                if outcome.refused
+                else Reason.SOURCE_DOD_FAILED
+                if outcome.dod_passed is False
+                else Reason.APPLY_FAILED
+            )
+
+    def _source_differences(
+        self, before: snapshot.SourceSnapshot, after: snapshot.SourceSnapshot
+    ) -> list[str]:
+        """Every source change but the apply step's own (which apply.py judged itself)."""
+        done = self.applied
+        if done is None or done.pre is None or done.post is None:
+            return snapshot.differences(before, after)
+        return [
+            *snapshot.differences(before, done.pre),
+            *done.unexpected,
+            *snapshot.differences(done.post, after),
+        ]
+
+    def _apply_fields(self) -> dict[str, Any]:
+        if self.applied is not None:
+            return self.applied.result_fields()
+        why = None
+        if self.spec.apply_to_source:
+            why = (
+                "not applied: the DoD already passes on base, so there is nothing to apply"
+                if self.status is ResultStatus.ALREADY_SATISFIED
+                else "not applied: the DoD did not pass in the workspace"
+            )
+        return {
+            "source_patch_applied": False,
+            "source_dod_passed": None,
+            "source_commit": None,
+            "source_rollback_applied": False,
+            "source_apply_error": why,
+        }
+
     # --- the whole run -----------------------------------------------------------------
 
     def execute(self) -> RunOutcome:
@@ -426,6 +494,8 @@ class TaskRun:
                 self._rounds(self.ws)
                 if self.ws is not None and self.best is not None:
                     self._export(self.ws)
+                if spec.apply_to_source and self.status is ResultStatus.PASSED:
+                    self._apply(self.ws, before_job.result())
             except Interrupted as exc:
                 self.status, self.reason, self.error = (
                     ResultStatus.INTERRUPTED,
@@ -452,7 +522,7 @@ class TaskRun:
                     record.emit(EventKind.WORKSPACE_RELEASED, removed=released)
                 after = after_job.result()
                 pool.shutdown()
-                diffs = snapshot.differences(before, after)
+                diffs = self._source_differences(before, after)
                 record.emit(EventKind.SOURCE_CHECKED, unchanged=not diffs, differences=diffs)
                 if diffs:
                     self.status, self.reason = ResultStatus.FAILED, Reason.SOURCE_CHANGED
@@ -482,6 +552,7 @@ class TaskRun:
     ) -> dict[str, Any]:
         spec = self.spec
         dod_passed = self.status in (ResultStatus.PASSED, ResultStatus.ALREADY_SATISFIED)
+        dod_passed = dod_passed or self.applied is not None  # applied only after it passed
         return {
             "run_id": self.run_id,
             "task_id": spec.task_id,
@@ -510,11 +581,7 @@ class TaskRun:
             "dropped_changes": self.dropped,
             "round_details": self.rounds,
             "apply_to_source": spec.apply_to_source,
-            "source_patch_applied": False,
-            "source_dod_passed": None,
-            "source_commit": None,
-            "source_rollback_applied": False,
-            "source_apply_error": None,
+            **self._apply_fields(),
             "started_at": _iso(started_at),
             "finished_at": _iso(datetime.now(UTC)),
             "duration_s": round(time.monotonic() - t0, 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from code_runner import __version__
+from code_runner.cli.apply_cmd import apply_command, reject_command
 from code_runner.cli.boundary import entry
 from code_runner.cli.demo_cmd import demo_command
 from code_runner.cli.inspect_cmd import result_command, status_command, watch_command
@@ -33,6 +34,8 @@ for command in (
     gc_command,
     schema_command,
     demo_command,
+    apply_command,
+    reject_command,
     replay_command,
 ):
     cli.add_command(command)

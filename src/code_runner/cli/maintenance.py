@@ -102,14 +102,28 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 @click.option("--json", "as_json", is_flag=True)
 def gc_command(dry_run: bool, as_json: bool) -> int:
-    """Remove workspaces left by killed runs and mark their records abandoned."""
+    """Remove workspaces left by killed runs and mark their records abandoned; repair
+    patches a killed apply left half-applied in a source (from the apply journal)."""
     removed = cleanup.collect(dry_run=dry_run)
+    repaired = cleanup.repair_applies(dry_run=dry_run)
+    stuck = any(r.action == "needs you" for r in repaired)
     if as_json:
-        render.print_json({"dry_run": dry_run, "removed": [r.to_dict() for r in removed]})
-        return 0
+        render.print_json(
+            {
+                "dry_run": dry_run,
+                "removed": [r.to_dict() for r in removed],
+                "repaired": [r.to_dict() for r in repaired],
+            }
+        )
+        return 3 if stuck else 0
     out = render.console()
-    if not removed:
+    if not removed and not repaired:
         out.print("nothing to clean up")
+    for fixed in repaired:
+        out.print(
+            f"half-applied patch in {fixed.source} (run {fixed.run_id}, {fixed.phase}): "
+            f"{fixed.action}" + (f" — {fixed.detail}" if fixed.detail else "")
+        )
     verb = "would remove" if dry_run else "removed"
     for item in removed:
         out.print(f"{verb} {item.path} (run {item.run_id}: {item.reason})")
@@ -117,7 +131,7 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
             out.print(f"  killed leftover processes: {', '.join(map(str, item.killed_pids))}")
         if item.record_marked:
             out.print(f"  marked {item.record_marked} abandoned")
-    return 0
+    return 3 if stuck else 0
 
 
 @click.command("schema")

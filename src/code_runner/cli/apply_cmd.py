@@ -1,0 +1,174 @@
+"""`code-runner apply` and `code-runner reject`: a person's decision on a finished run.
+
+`apply` shows what will change, then lands the patch in the source, runs the DoD there, and
+commits (`--commit`) or rolls back; `--check` only says whether it would apply and pass.
+Exit codes: 0 applied and passed (or, with --check, would), 1 the DoD failed in the source
+(rolled back unless the spec said not to), 2 bad input or a decision already made,
+3 the source is not in a state to take the patch (nothing changed), 4 the source changed
+in a way the apply step did not make, 5 the record is incomplete or its patch was altered,
+130 interrupted (rolled back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from code_runner import apply, finished
+from code_runner.cli import render
+from code_runner.errors import ApplyRefused, Interrupted, SafetyViolation
+
+_KIND_MARK = {"added": "A", "deleted": "D", "modified": "M", "mode_changed": "T"}
+
+run_dir_argument = click.argument(
+    "run_dir", metavar="RUN_DIR", type=click.Path(path_type=Path, exists=False)
+)
+
+
+@contextlib.contextmanager
+def _signals_as_interrupt() -> Iterator[None]:
+    """SIGINT/SIGTERM become `Interrupted`, so the transaction rolls back; a second
+    signal during the rollback is ignored (the rollback must finish)."""
+    seen: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if seen:
+            return
+        seen.append(signum)
+        raise Interrupted(f"received {signal.Signals(signum).name}")
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _show_plan(
+    out: Console, run: finished.FinishedRun, plan: apply.Plan, *, commit: bool, hooks: bool
+) -> None:
+    where = plan.branch.removeprefix("refs/heads/") if plan.branch else "detached HEAD"
+    out.print(f"run {run.run_id} ({escape(run.title)}): DoD passed in a disposable checkout")
+    out.print(f"source: {run.cwd} ({where} at {plan.head[:12]})")
+    if plan.head_moved:
+        out.print(
+            f"[yellow]HEAD moved since the run[/] (base {plan.base[:12]}); the patch applies "
+            "cleanly on the new HEAD and will be verified there"
+        )
+    out.print(f"will change {len(plan.changes)} file(s):")
+    for change in plan.changes:
+        out.print(f"  {_KIND_MARK[change.kind]} {escape(change.path)}")
+    if plan.stat.strip():
+        out.print(escape(plan.stat.rstrip()), highlight=False)
+    out.print(f"then: run the DoD in the source: {escape(run.dod.command)!r}")
+    if commit:
+        title = apply.commit_title(run.title, run.task_id)
+        hook_note = "the source's hooks run" if hooks else "no hooks run"
+        out.print(f"then: commit as {plan.identity}: {escape(title)!r} ({hook_note})")
+    else:
+        out.print("then: no commit (the change stays in the working tree)")
+    fallback = "roll back the changed paths" if run.rollback else "leave the change in place"
+    out.print(f"if the DoD fails there: {fallback}")
+
+
+@click.command("apply")
+@run_dir_argument
+@click.option("--commit", is_flag=True, help="Commit the patch's paths when the DoD passes.")
+@click.option(
+    "--check", is_flag=True, help="Only say whether it would apply and pass; change nothing."
+)
+@click.option("--author", metavar='"NAME <EMAIL>"', help="Commit identity (default: git config).")
+@click.option("--run-hooks", is_flag=True, help="Let the source repo's git hooks run on commit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def apply_command(
+    run_dir: Path, commit: bool, check: bool, author: str | None, run_hooks: bool, as_json: bool
+) -> int:
+    """Apply a finished run's verified patch to its source repo.
+
+    Shows what will change, applies the patch (binary-safe, modes included), runs the
+    run's DoD in the source, then commits only the patch's paths (--commit) or leaves
+    the change in the working tree. If the DoD fails there, exactly those paths are put
+    back. Refuses, changing nothing, when uncommitted source changes overlap the
+    allowlist, when HEAD moved and the patch does not apply on it, or (with --commit)
+    when anything else is staged.
+    """
+    out = render.console(stderr=as_json)
+    run = finished.load(run_dir)
+    identity = apply.Identity.parse(author) if author else None
+    if not check:
+        sink = finished.RecordEvents(run.paths, run.run_id)
+        repaired = finished.repair_first(run, sink)
+        if repaired is not None:
+            out.print(f"[yellow]repaired an interrupted apply:[/] {repaired.action}")
+            if repaired.action == "needs you":
+                raise ApplyRefused(
+                    f"an interrupted apply could not be repaired: {repaired.detail}",
+                    fix=f"restore those paths by hand, then delete {repaired.journal}.",
+                )
+            run = finished.load(run_dir)
+    plan = finished.plan(run, commit=commit, author=identity)
+    _show_plan(out, run, plan, commit=commit, hooks=run_hooks)
+    if check:
+        out.print("checking the DoD on HEAD + patch in a disposable checkout …")
+        verdict = finished.check_dod(run, plan)
+        report = {"would_apply": True, "would_pass": verdict.passed, "plan": plan.to_dict()}
+        if as_json:
+            render.print_json(report | {"verdict": verdict.to_dict()})
+        else:
+            mark = "[green]would pass[/]" if verdict.passed else "[red]would fail[/]"
+            out.print(f"applies cleanly; DoD {mark} — {escape(verdict.reason)}")
+            out.print("nothing was changed.")
+        return 0 if verdict.passed else 1
+    with _signals_as_interrupt():
+        outcome = finished.apply_run(
+            run, commit=commit, author=identity, run_hooks=run_hooks, sink=sink
+        )
+    if as_json:
+        render.print_json(outcome.result_fields())
+    _report(out, outcome)
+    if outcome.unexpected:
+        raise SafetyViolation(
+            "the source changed in ways the apply step did not make: "
+            + "; ".join(outcome.unexpected),
+            fix="inspect the source with `git status`; the run's events.jsonl lists each step.",
+        )
+    if outcome.interrupted:
+        return 130
+    if outcome.refused:
+        raise ApplyRefused(outcome.error or "the apply was refused.")
+    return 0 if outcome.ok else 1
+
+
+def _report(out: Console, outcome: apply.ApplyOutcome) -> None:
+    if outcome.ok:
+        what = f"committed {outcome.commit}" if outcome.commit else "left in the working tree"
+        out.print(f"[green]applied[/]: DoD passed in the source; {what}")
+    elif outcome.refused:
+        return  # the error boundary prints the refusal with its fix
+    else:
+        state = "rolled back" if outcome.rolled_back else "left applied"
+        out.print(f"[red]not applied[/] ({state}): {escape(outcome.error or '')}")
+    if outcome.byproducts:
+        out.print(f"moved files the DoD left in the source to the record: {outcome.byproducts}")
+
+
+@click.command("reject")
+@run_dir_argument
+@click.option("--reason", help="Why (kept in result.json).")
+def reject_command(run_dir: Path, reason: str | None) -> int:
+    """Mark a finished run rejected in its record; it will never be applied."""
+    run = finished.load(run_dir)
+    changed = finished.reject(run, reason, finished.RecordEvents(run.paths, run.run_id))
+    out = render.console()
+    out.print(f"run {run.run_id} rejected" if changed else f"run {run.run_id} was already rejected")
+    return 0

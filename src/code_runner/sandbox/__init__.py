@@ -1,0 +1,98 @@
+"""OS sandbox (bubblewrap) for agent commands and the DoD, with a capability probe.
+
+    decision = decide(spec.sandbox)          # preflight: auto | required | off
+    with open_session(ws, ...) as session:    # hands the work tree over, makes cgroups
+        Toolbox(..., wrap_argv=session.wrap)  # every agent command and search
+        verify.run_dod(..., wrap_argv=session.wrap)
+
+`wrap(argv, workspace=..., network=..., extra_ro_binds=...)` builds one argv directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from code_runner.sandbox.cgroups import CgroupSupport, detect
+from code_runner.sandbox.limits import DEFAULT_LIMITS, ResourceLimits
+from code_runner.sandbox.probe import Decision, Probe, decide, probe, run_probe
+from code_runner.sandbox.profile import Bind, Identity, Profile, Programs
+from code_runner.sandbox.session import SandboxMode, SandboxWorkspace, Session, hand_over
+
+
+def open_session(
+    workspace: SandboxWorkspace,
+    *,
+    env: Mapping[str, str],
+    network: bool,
+    limits: ResourceLimits,
+    cpu_s: int,
+    name: str,
+) -> Session:
+    """A session for a run, using what the (cached) probe found to work here."""
+    found = probe()
+    if not found.ok or found.programs is None:
+        raise RuntimeError("open_session needs a passing probe; call decide() first")
+    return Session(
+        workspace,
+        programs=found.programs,
+        env=env,
+        network=network,
+        limits=limits,
+        cpu_s=cpu_s,
+        cgroups=found.cgroups if found.cgroups_usable else None,
+        name=name,
+    )
+
+
+def wrap(
+    argv: Sequence[str],
+    *,
+    workspace: SandboxWorkspace,
+    network: bool,
+    extra_ro_binds: Sequence[Bind] = (),
+    env: Mapping[str, str] | None = None,
+    limits: ResourceLimits = DEFAULT_LIMITS,
+    cpu_s: int = 3600,
+) -> list[str]:
+    """`argv` wrapped in the profile (no cgroups, no hand-over: for one-off commands)."""
+    found = probe()
+    if found.programs is None:
+        raise RuntimeError(f"the sandbox is not available: {found.reason}")
+    session = Session(
+        workspace,
+        programs=found.programs,
+        env=env or {},
+        network=network,
+        limits=limits,
+        cpu_s=cpu_s,
+        cgroups=None,
+        name="oneoff",
+    )
+    profile = session.profile()
+    extra = tuple(extra_ro_binds)
+    if extra:
+        profile = Profile(**{**profile.__dict__, "read_only": profile.read_only + extra})
+    return profile.wrap(argv)
+
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "Bind",
+    "CgroupSupport",
+    "Decision",
+    "Identity",
+    "Probe",
+    "Profile",
+    "Programs",
+    "ResourceLimits",
+    "SandboxMode",
+    "SandboxWorkspace",
+    "Session",
+    "decide",
+    "detect",
+    "hand_over",
+    "open_session",
+    "probe",
+    "run_probe",
+    "wrap",
+]

@@ -1,0 +1,182 @@
+"""Process-count and memory limits for a whole command tree, where a cgroup is writable.
+
+A sandbox session makes one child cgroup per controller (`pids`, `memory`) under the
+runner's own cgroup, writes the limits, and has each command join it before bubblewrap
+starts (a one-line `sh` that writes `$$` to `cgroup.procs`, then execs), so nothing the
+command forks can be outside it. Both cgroup v2 (a controller enabled for children in the
+runner's cgroup) and v1 (a writable controller hierarchy) are used; on a machine with
+neither, `detect()` says why and the limits fall back to rlimits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from code_runner.sandbox.limits import MIB, ResourceLimits
+
+CONTROLLERS = ("pids", "memory")
+_REMOVE_TRIES = 20
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where children for one controller can be made: a dir and its cgroup version."""
+
+    controller: str
+    parent: Path
+    version: int
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """Which controllers a session can use, and why the others cannot be."""
+
+    placements: tuple[Placement, ...]
+    reasons: tuple[str, ...] = ()
+
+    def placement(self, controller: str) -> Placement | None:
+        return next((p for p in self.placements if p.controller == controller), None)
+
+    def describe(self) -> dict[str, str]:
+        """For `doctor` and the result: each controller's mechanism, or why it is missing."""
+        out: dict[str, str] = {}
+        for name in CONTROLLERS:
+            found = self.placement(name)
+            if found is not None:
+                out[name] = f"cgroup v{found.version} ({found.parent})"
+            else:
+                why = next((r for r in self.reasons if r.startswith(name + ":")), name + ": -")
+                out[name] = "unavailable: " + why.split(":", 1)[1].strip()
+        return out
+
+
+def _unescape(text: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as octal."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        text = text.replace(code, char)
+    return text
+
+
+def _mounts() -> list[tuple[Path, str, frozenset[str]]]:
+    found: list[tuple[Path, str, frozenset[str]]] = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            fields, rest = left.split(), right.split()
+            if len(fields) < 5 or len(rest) < 3:
+                continue
+            found.append((Path(_unescape(fields[4])), rest[0], frozenset(rest[2].split(","))))
+    return found
+
+
+def _memberships() -> list[tuple[str, frozenset[str], str]]:
+    found: list[tuple[str, frozenset[str], str]] = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            hierarchy, controllers, path = line.split(":", 2)
+            found.append((hierarchy, frozenset(filter(None, controllers.split(","))), path))
+    return found
+
+
+def _within(mount: Path, path: str) -> Path:
+    return mount / path.lstrip("/")
+
+
+@functools.cache
+def detect() -> CgroupSupport:
+    """The cgroup controllers this process can delegate to its commands (cached)."""
+    mounts = _mounts()
+    members = _memberships()
+    placements: list[Placement] = []
+    reasons: list[str] = []
+    unified = next((m for m in mounts if m[1] == "cgroup2"), None)
+    v2_path = next((p for h, c, p in members if h == "0" and not c), None)
+    for name in CONTROLLERS:
+        why = f"{name}: no cgroup hierarchy has the {name} controller"
+        if unified is not None and v2_path is not None:
+            here = _within(unified[0], v2_path)
+            try:
+                enabled = (here / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                enabled = []
+            if name in enabled and os.access(here, os.W_OK):
+                placements.append(Placement(name, here, 2))
+                continue
+            if name in enabled:
+                why = f"{name}: cgroup v2 {here} is not writable"
+        v1_path = next((p for _, c, p in members if name in c), None)
+        v1_mount = next((m for m in mounts if m[1] == "cgroup" and name in m[2]), None)
+        if v1_path is not None and v1_mount is not None:
+            here = _within(v1_mount[0], v1_path)
+            if os.access(here, os.W_OK):
+                placements.append(Placement(name, here, 1))
+                continue
+            why = f"{name}: cgroup v1 {here} is not writable (run as root, or delegate it)"
+        reasons.append(why)
+    return CgroupSupport(tuple(placements), tuple(reasons))
+
+
+@dataclass
+class CgroupSet:
+    """The cgroups of one session: made by `create`, joined by every command, removed."""
+
+    support: CgroupSupport
+    name: str
+    limits: ResourceLimits
+    dirs: list[Path] = field(default_factory=list)
+
+    def create(self) -> None:
+        """Make the groups and write the limits; on any failure, undo and raise OSError."""
+        try:
+            for placement in self.support.placements:
+                here = placement.parent / self.name
+                if here not in self.dirs:
+                    here.mkdir()
+                    self.dirs.append(here)
+                self._write_limits(placement, here)
+        except OSError:
+            self.remove()
+            raise
+
+    def _write_limits(self, placement: Placement, here: Path) -> None:
+        memory = str(self.limits.memory_mb * MIB)
+        if placement.controller == "pids":
+            (here / "pids.max").write_text(str(self.limits.processes))
+        elif placement.version == 2:
+            (here / "memory.max").write_text(memory)
+            if (here / "memory.swap.max").exists():
+                (here / "memory.swap.max").write_text("0")
+        else:
+            (here / "memory.limit_in_bytes").write_text(memory)
+            if (here / "memory.memsw.limit_in_bytes").exists():
+                (here / "memory.memsw.limit_in_bytes").write_text(memory)
+
+    @property
+    def controllers(self) -> tuple[str, ...]:
+        return tuple(p.controller for p in self.support.placements)
+
+    def join_argv(self) -> list[str]:
+        """`sh -c` that moves itself into every group, then execs the rest of the argv."""
+        if not self.dirs:
+            return []
+        moves = " && ".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}" for d in self.dirs)
+        return ["/bin/sh", "-c", moves + ' && exec "$@"', "code-runner-cgroup"]
+
+    def remove(self) -> None:
+        """Remove the groups (empty once the command's PID namespace is gone)."""
+        for here in reversed(self.dirs):
+            for _ in range(_REMOVE_TRIES):
+                try:
+                    here.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        self.dirs = [d for d in self.dirs if d.exists()]

@@ -1,0 +1,233 @@
+"""One run's sandbox: the mode decision, the uid it runs as, its cgroups, and `wrap`.
+
+`decide(mode)` turns the spec's `sandbox: auto | required | off` into a `Decision` before
+anything is created (`required` without a working sandbox is a preflight error). A
+`Session` then lives as long as the workspace: it hands the work tree to the sandbox's
+uid, makes the cgroups, and wraps each command's argv (`Session.wrap` is the Toolbox's
+`wrap_argv` and the DoD's). `posture()` is what result.json records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from code_runner.sandbox import mounts
+from code_runner.sandbox.cgroups import CgroupSet, CgroupSupport
+from code_runner.sandbox.limits import ResourceLimits
+from code_runner.sandbox.profile import (
+    SANDBOX_UID,
+    Bind,
+    Identity,
+    Profile,
+    Programs,
+    sandbox_env,
+)
+
+# Host uids for sandboxed commands: far above any account or subuid range in common use,
+# one per session, so RLIMIT_NPROC counts exactly one run's processes.
+_UID_BASE = 2_000_000_000
+_UID_SPAN = 100_000_000
+_MAX_DEPTH = 256
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SandboxMode(StrEnum):
+    """What a spec asks for: use the sandbox when it works, insist on it, or never use it."""
+
+    AUTO = "auto"
+    REQUIRED = "required"
+    OFF = "off"
+
+
+class SandboxWorkspace(Protocol):
+    """What a session needs of a workspace (`workspace.Workspace` is one)."""
+
+    @property
+    def work_tree(self) -> Path: ...
+
+    @property
+    def git_dir(self) -> Path: ...
+
+    @property
+    def source_dir(self) -> Path: ...
+
+
+def new_identity() -> Identity:
+    uid = _UID_BASE + secrets.randbelow(_UID_SPAN)
+    return Identity(uid=uid, gid=uid)
+
+
+def hand_over(work_tree: Path, identity: Identity) -> int:
+    """Give every entry of the work tree to `identity`; return how many changed owner.
+
+    What the runner writes (the checkout, restored files, the file tools' writes) is
+    root's; the sandboxed uid must be able to change it. Walks from directory
+    descriptors without following a symlink, never leaves the work tree's file system,
+    and leaves the `.git` pointer alone.
+    """
+    fd = os.open(work_tree, _DIR_FLAGS)
+    try:
+        st = os.fstat(fd)
+        changed = 0
+        if (st.st_uid, st.st_gid) != (identity.uid, identity.gid):
+            os.fchown(fd, identity.uid, identity.gid)
+            changed = 1
+        return changed + _hand_over_dir(fd, identity, st.st_dev, 0, skip=frozenset({".git"}))
+    finally:
+        os.close(fd)
+
+
+def _hand_over_dir(
+    dir_fd: int, identity: Identity, dev: int, depth: int, skip: frozenset[str] = frozenset()
+) -> int:
+    changed = 0
+    with os.scandir(dir_fd) as entries:
+        names = [(e.name, e.stat(follow_symlinks=False)) for e in entries if e.name not in skip]
+    for name, st in names:
+        if (st.st_uid, st.st_gid) != (identity.uid, identity.gid):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(name, identity.uid, identity.gid, dir_fd=dir_fd, follow_symlinks=False)
+                changed += 1
+        if stat.S_ISDIR(st.st_mode) and st.st_dev == dev and depth < _MAX_DEPTH:
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                changed += _hand_over_dir(child, identity, dev, depth + 1)
+            finally:
+                os.close(child)
+    return changed
+
+
+class Session:
+    """The sandbox of one workspace. Use as a context manager around the agent's rounds."""
+
+    def __init__(
+        self,
+        workspace: SandboxWorkspace,
+        *,
+        programs: Programs,
+        env: Mapping[str, str],
+        network: bool,
+        limits: ResourceLimits,
+        cpu_s: int,
+        cgroups: CgroupSupport | None,
+        name: str,
+    ) -> None:
+        self.workspace = workspace
+        self.programs = programs
+        self.network = network
+        self.limits = limits
+        self.cpu_s = cpu_s
+        self.identity = new_identity() if os.geteuid() == 0 else None
+        self._env = sandbox_env(env, workspace.work_tree)
+        self._cgroups = CgroupSet(cgroups, f"code-runner-{name}", limits) if cgroups else None
+        self.cgroup_error: str | None = None
+        self._masks = mounts.masked_dirs()
+        self._secrets = mounts.masked_files()
+        private = mounts.private_dirs()
+        self._read_only: list[Bind] = [
+            *mounts.toolchain_binds(env, self._masks, private),
+            *mounts.alternates_binds(workspace.git_dir),
+        ]
+
+    def __enter__(self) -> Session:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Hand the work tree to the sandbox's uid and make the cgroups."""
+        self.hand_over()
+        if self._cgroups is not None:
+            try:
+                self._cgroups.create()
+            except OSError as exc:
+                self.cgroup_error = f"could not create cgroups ({exc.strerror or exc})"
+                self._cgroups = None
+
+    def close(self) -> None:
+        if self._cgroups is not None:
+            self._cgroups.remove()
+
+    def hand_over(self) -> int:
+        """Re-own what the runner wrote into the work tree since the last command."""
+        if self.identity is None:
+            return 0
+        return hand_over(self.workspace.work_tree, self.identity)
+
+    @property
+    def cgroup_controllers(self) -> tuple[str, ...]:
+        return self._cgroups.controllers if self._cgroups is not None else ()
+
+    def profile(self) -> Profile:
+        """The profile for the next command (dependency binds are re-checked each time)."""
+        ws = self.workspace
+        deps = mounts.dependency_binds(ws.source_dir, ws.work_tree, self._masks)
+        controllers = self.cgroup_controllers
+        return Profile(
+            programs=self.programs,
+            work_tree=ws.work_tree,
+            git_dir=ws.git_dir,
+            read_only=tuple([*self._read_only, *deps]),
+            masked_dirs=tuple(self._masks),
+            masked_files=tuple(self._secrets),
+            env=self._env,
+            limits=self.limits,
+            cpu_s=self.cpu_s,
+            network=self.network,
+            identity=self.identity,
+            cgroup_join=tuple(self._cgroups.join_argv()) if self._cgroups else (),
+            process_rlimit=self.identity is not None,
+            memory_rlimit="memory" not in controllers,
+        )
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The `wrap_argv` hook: `argv` as it runs inside this sandbox."""
+        return self.profile().wrap(argv)
+
+    def posture(self) -> dict[str, Any]:
+        """What the sandbox enforces, for result.json."""
+        controllers = self.cgroup_controllers
+        limits = self.limits
+        if "pids" in controllers:
+            processes = f"{limits.processes} (cgroup pids.max)"
+        elif self.identity is not None:
+            processes = f"{limits.processes} (RLIMIT_NPROC of the run's own uid)"
+        else:
+            processes = "not limited (no writable cgroup; commands share the runner's uid)"
+        memory = (
+            f"{limits.memory_mb} MiB for the command tree (cgroup)"
+            if "memory" in controllers
+            else f"{limits.memory_mb} MiB address space per process (RLIMIT_AS)"
+        )
+        return {
+            "kind": "bwrap",
+            "network": self.network,
+            "uid_inside": SANDBOX_UID,
+            "host_uid": self.identity.uid if self.identity else os.geteuid(),
+            "limits": {
+                "file_size_mb": limits.file_size_mb,
+                "cpu_s_per_process": self.cpu_s,
+                "tmp_mb": limits.tmp_mb,
+                "processes": processes,
+                "memory": memory,
+            },
+            "cgroup_error": self.cgroup_error,
+        }

@@ -1,0 +1,187 @@
+"""`code-runner apply` and `code-runner reject` in real processes, on finished patch-only runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from code_runner import fsx
+from tests.conftest import git
+from tests.helpers import FIXED_BOTH, PY, fingerprint, run_cli, write
+from tests.integration.test_apply import (
+    _patch_only,
+    _wait_for_phase,
+    matrix_repo,
+    source_state,
+)
+
+PREDICATE = "'a * b' in open('calc.py').read()"
+
+
+def finished_run(root: Path, **kw: Any) -> tuple[Path, Path, dict[str, Any]]:
+    """A source and a passed patch-only run that changes calc.py and adds pkg/new.py."""
+    source = matrix_repo(root)
+    result = _patch_only(
+        root,
+        source,
+        [write("calc.py", FIXED_BOTH), write("pkg/new.py", "X = 1\n")],
+        allowlist=["calc.py", "pkg"],
+        predicate=PREDICATE,
+        **({"extra": ()} | kw),
+    )
+    assert result["status"] == "passed" and result["source_patch_applied"] is False
+    return source, root / "out", result
+
+
+def test_check_then_commit_with_author_then_refuse_a_second_decision(tmp_path: Path) -> None:
+    source, out, result = finished_run(tmp_path)
+    git(source, "config", "--unset", "user.name")
+    git(source, "config", "--unset", "user.email")
+    before = source_state(source)
+    record_before = fingerprint(out)
+
+    check = run_cli("apply", str(out), "--check", "--commit", "--author", "Ann <ann@example.com>")
+    assert check.returncode == 0, check.stderr
+    assert "M calc.py" in check.stdout and "A pkg/new.py" in check.stdout
+    assert "would pass" in check.stdout and "nothing was changed" in check.stdout
+    assert source_state(source) == before
+    assert fingerprint(out) == record_before  # --check writes nothing, not even events
+
+    no_identity = run_cli("apply", str(out), "--commit")
+    assert no_identity.returncode == 3, no_identity.stderr
+    assert "no git identity" in no_identity.stderr and "--author" in no_identity.stderr
+    assert "Traceback" not in no_identity.stderr
+    assert source_state(source) == before
+
+    done = run_cli("apply", str(out), "--commit", "--author", "Ann <ann@example.com>")
+    assert done.returncode == 0, done.stderr
+    assert "will change 2 file(s)" in done.stdout
+    assert done.stdout.index("will change") < done.stdout.index("applied")  # shown first
+    assert git(source, "log", "-1", "--format=%an <%ae>").strip() == "Ann <ann@example.com>"
+    assert sorted(git(source, "show", "--name-only", "--format=", "HEAD").split()) == [
+        "calc.py",
+        "pkg/new.py",
+    ]
+    assert git(source, "status", "--porcelain=v1", "--untracked-files=all") == before["status"]
+    record = json.loads((out / "fix-calc.result.json").read_text())
+    assert record["decision"] == "applied"
+    assert record["source_commit"] == git(source, "rev-parse", "HEAD").strip()
+    assert record["source_dod_passed"] is True and record["source_rollback_applied"] is False
+    assert record["patch_sha256"] == result["patch_sha256"]
+    kinds = [e["kind"] for e in fsx.read_jsonl(out / "fix-calc.events.jsonl")]
+    assert kinds[-1] == "apply_finished" and "source_committed" in kinds
+    seqs = [e["seq"] for e in fsx.read_jsonl(out / "fix-calc.events.jsonl") if "seq" in e]
+    assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
+
+    again = run_cli("apply", str(out))
+    assert again.returncode == 2 and "already applied" in again.stderr
+    reject = run_cli("reject", str(out))
+    assert reject.returncode == 2 and "already applied" in reject.stderr
+
+
+def test_source_dod_failure_via_cli_rolls_back_and_exits_1(tmp_path: Path) -> None:
+    source, out, _ = finished_run(tmp_path, extra=("--fail-in-source",))
+    before = source_state(source)
+    proc = run_cli("apply", str(out), "--commit")
+    assert proc.returncode == 1, proc.stderr
+    assert "rolled back" in proc.stdout and "DoD failed in the source" in proc.stdout
+    assert source_state(source) == before
+    record = json.loads((out / "fix-calc.result.json").read_text())
+    assert record["source_rollback_applied"] is True and record["source_dod_passed"] is False
+    assert "decision" not in record
+
+
+def test_a_tampered_or_incomplete_record_is_refused(tmp_path: Path) -> None:
+    source, out, _ = finished_run(tmp_path)
+    before = source_state(source)
+    patch = out / "fix-calc.patch"
+    original = patch.read_bytes()
+    patch.write_bytes(original.replace(b"a * b", b"a ** b"))
+    for argv in (["apply", str(out)], ["apply", str(out), "--check"], ["reject", str(out)]):
+        proc = run_cli(*argv)
+        assert proc.returncode == 5, proc.stderr
+        assert "does not match the digest" in proc.stderr and "Traceback" not in proc.stderr
+    patch.write_bytes(original)
+    status = out / "fix-calc.status.json"
+    saved = status.read_text()
+    status.unlink()
+    proc = run_cli("apply", str(out))
+    assert proc.returncode == 5 and "incomplete" in proc.stderr
+    status.write_text(saved.replace('"passed"', '"agent"'))
+    proc = run_cli("reject", str(out))
+    assert proc.returncode == 5 and "not the finished state" in proc.stderr
+    assert source_state(source) == before
+    assert run_cli("apply", str(tmp_path / "nowhere")).returncode == 2
+
+
+def test_reject_marks_the_record_and_apply_then_refuses(tmp_path: Path) -> None:
+    source, out, _ = finished_run(tmp_path)
+    before = source_state(source)
+    proc = run_cli("reject", str(out), "--reason", "not what I wanted")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "fix-calc.result.json").read_text())
+    assert record["decision"] == "rejected" and record["decision_reason"] == "not what I wanted"
+    events = fsx.read_jsonl(out / "fix-calc.events.jsonl")
+    assert events[-1]["kind"] == "run_rejected"
+    assert "already rejected" in run_cli("reject", str(out)).stdout
+    proc = run_cli("apply", str(out))
+    assert proc.returncode == 2 and "rejected" in proc.stderr
+    assert source_state(source) == before
+
+
+def test_head_moved_conflict_and_bad_author_exit_cleanly(tmp_path: Path) -> None:
+    source, out, _ = finished_run(tmp_path)
+    bad = run_cli("apply", str(out), "--commit", "--author", "no email here")
+    assert bad.returncode == 2 and "Name <email>" in bad.stderr
+    (source / "calc.py").write_text("def add(a, b):\n    return b + a\n")
+    git(source, "commit", "-q", "-am", "upstream rewrote calc.py")
+    before = source_state(source)
+    proc = run_cli("apply", str(out), "--check")
+    assert proc.returncode == 3, proc.stderr
+    assert "HEAD moved since the run" in proc.stderr and "does not apply" in proc.stderr
+    assert source_state(source) == before
+
+
+def test_run_hooks_lets_the_source_hooks_run(tmp_path: Path) -> None:
+    source, out, _ = finished_run(tmp_path)
+    marker = tmp_path / "hook-ran"
+    hook = source / ".git" / "hooks" / "commit-msg"
+    hook.write_text(f'#!/bin/sh\necho ran > {marker}\ngrep -q "Code-Runner-DoD: passed" "$1"\n')
+    hook.chmod(0o755)
+    proc = run_cli("apply", str(out), "--commit", "--run-hooks")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert marker.read_text() == "ran\n"
+    assert "Code-Runner-Run:" in git(source, "log", "-1", "--format=%B")
+    assert git(source, "status", "--porcelain=v1", "--untracked-files=all").count("pkg") == 0
+
+
+def test_an_apply_killed_during_the_dod_is_repaired_by_the_next_apply(tmp_path: Path) -> None:
+    slow = tmp_path / "slow.flag"
+    source, out, _ = finished_run(tmp_path, extra=("--slow-if", str(slow)))
+    before = source_state(source)
+    slow.write_text("")
+    proc = subprocess.Popen(
+        [PY, "-m", "code_runner", "apply", str(out), "--commit"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
+    try:
+        _wait_for_phase(out / "fix-calc.apply.json", "verifying")
+        assert (source / "pkg" / "new.py").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    slow.unlink()
+    check = run_cli("apply", str(out), "--check")
+    assert check.returncode == 3 and "interrupted" in check.stderr  # --check repairs nothing
+    again = run_cli("apply", str(out), "--commit")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "repaired an interrupted apply: rolled back" in again.stdout
+    assert git(source, "rev-parse", "HEAD~1").strip() == before["head"].strip()
+    assert git(source, "status", "--porcelain=v1", "--untracked-files=all") == before["status"]
+    kinds = [e["kind"] for e in fsx.read_jsonl(out / "fix-calc.events.jsonl")]
+    assert "apply_repaired" in kinds and kinds[-1] == "apply_finished"
