@@ -2,7 +2,8 @@
 
 `command_argv` and `search_argv` are the only places an agent's argv is built, and
 `CommandTools._spawn` the only place one is started; the OS sandbox wraps the argv there
-(`wrap_argv`), so adding it changes one seam, not every tool.
+(`wrap_argv`), so adding it changes one seam, not every tool. Without a wrapper, the
+command policy (`policy.check_command`) refuses the destructive patterns instead.
 """
 
 from __future__ import annotations
@@ -98,9 +99,13 @@ class CommandTools:
         """
         if not command.strip():
             return ToolResult.failure(ToolErrorCode.INVALID_ARGS, "run_command: empty command")
-        block = check_command(
-            command, source_dir=self._source_dir, workspace_dir=self._workspace_dir
-        )
+        # The policy is the fallback for when no OS sandbox wraps the command; inside the
+        # sandbox the command runs and the read-only mounts make such attempts fail.
+        block = None
+        if self._wrap_argv is None:
+            block = check_command(
+                command, source_dir=self._source_dir, workspace_dir=self._workspace_dir
+            )
         if block is not None:
             return ToolResult.failure(
                 ToolErrorCode.BLOCKED_COMMAND,

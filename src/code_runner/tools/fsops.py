@@ -8,7 +8,9 @@ read and an edit). Every directory is opened from its parent's descriptor with
 with `fstat`, so there is no window between checking a path and using it. Writes go to a
 temp file in the same directory and are renamed over the target: a hard link to a host file
 is replaced, never written through. No fsync: the workspace is disposable, and the rename
-alone is what keeps a reader from seeing half a file.
+alone is what keeps a reader from seeing half a file. A replaced file keeps its owner, and
+a new file or directory takes its parent's, so a work tree handed to the sandbox's uid
+stays writable by it.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def _open_dir(root_fd: int, parts: list[str], *, create: bool) -> tuple[int, lis
                     next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     raise _classify(fd, name, shown, exc) from exc
+                _inherit_owner(next_fd, os.fstat(fd))
             except OSError as exc:
                 raise _classify(fd, name, shown, exc) from exc
             os.close(fd)
@@ -116,6 +119,8 @@ def _open_dir(root_fd: int, parts: list[str], *, create: bool) -> tuple[int, lis
 
 def _split(rel_path: str) -> tuple[list[str], str]:
     parts = rel_path.strip("/").split("/")
+    if any(part in ("", ".", "..") for part in parts):  # callers check first; never rely on it
+        raise FsError(ToolErrorCode.PERMISSION, f"{rel_path}: only plain names, no . or ..")
     return parts[:-1], parts[-1]
 
 
@@ -178,6 +183,7 @@ def write_regular(root_fd: int, rel_path: str, data: bytes) -> WriteOutcome:
     try:
         mode = NEW_FILE_MODE
         created = True
+        owner = os.fstat(dir_fd)  # a new file takes its directory's owner
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -194,14 +200,26 @@ def write_regular(root_fd: int, rel_path: str, data: bytes) -> WriteOutcome:
             if not stat.S_ISREG(st.st_mode):
                 raise FsError(ToolErrorCode.NOT_A_FILE, f"{rel_path} is not a regular file")
             mode = stat.S_IMODE(st.st_mode)
+            owner = st
             created = False
-        _replace(dir_fd, name, rel_path, data, mode)
+        _replace(dir_fd, name, rel_path, data, mode, owner)
         return WriteOutcome(created=created, created_dirs=tuple(created_dirs))
     finally:
         os.close(dir_fd)
 
 
-def _replace(dir_fd: int, name: str, rel_path: str, data: bytes, mode: int) -> None:
+def _inherit_owner(fd: int, like: os.stat_result) -> None:
+    """Give `fd` the owner of `like` when it differs (only root can, and only root needs to)."""
+    if os.geteuid() != 0:
+        return
+    st = os.fstat(fd)
+    if (st.st_uid, st.st_gid) != (like.st_uid, like.st_gid):
+        os.fchown(fd, like.st_uid, like.st_gid)
+
+
+def _replace(
+    dir_fd: int, name: str, rel_path: str, data: bytes, mode: int, owner: os.stat_result
+) -> None:
     temp = f".code-runner-{uuid.uuid4().hex[:16]}.tmp"
     fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
     try:
@@ -210,6 +228,7 @@ def _replace(dir_fd: int, name: str, rel_path: str, data: bytes, mode: int) -> N
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
+            _inherit_owner(fd, owner)
             os.fchmod(fd, mode)
         finally:
             os.close(fd)
