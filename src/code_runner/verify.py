@@ -24,7 +24,7 @@ import difflib
 import json
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -426,8 +426,12 @@ def run_dod(
     env: Mapping[str, str],
     log_path: Path | None = None,
     label: str = "",
+    wrap_argv: Callable[[Sequence[str]], list[str]] | None = None,
 ) -> Verdict:
     """Run the DoD command in `cwd` and judge it; append a readable section to `log_path`.
+
+    `wrap_argv` is the OS sandbox's wrapper (the same one the agent's commands get): the
+    DoD runs under the same walls, so it cannot be used to reach what the agent cannot.
 
     The command's full output (up to `MATCH_HEAD_BYTES + MATCH_TAIL_BYTES` per stream) is
     matched, not just the tails a `ProcResult` carries, so a marker in the middle of a long
@@ -438,8 +442,9 @@ def run_dod(
         out_path = Path(scratch) / "stdout"
         err_path = Path(scratch) / "stderr"
         started_at = datetime.now(UTC)
+        argv = proc.shell_argv(dod.command)
         result = proc.run(
-            proc.shell_argv(dod.command),
+            wrap_argv(argv) if wrap_argv is not None else argv,
             cwd=cwd,
             env=env,
             timeout_s=dod.timeout_s,
