@@ -39,6 +39,7 @@ from pydantic_core import ErrorDetails
 
 from code_runner import gitx, policy, verify
 from code_runner.errors import CodeRunnerError, SpecError
+from code_runner.sandbox import ResourceLimits, SandboxMode
 
 MAX_SPEC_BYTES = 1024 * 1024
 MAX_DOD_TIMEOUT_S = 86_400.0
@@ -279,6 +280,27 @@ class TaskSpec(BaseModel):
         default=None,
         description="Commit-ish the workspace starts from; default: the source HEAD.",
     )
+    sandbox: SandboxMode = Field(
+        default=SandboxMode.AUTO,
+        description="OS sandbox (bubblewrap) for agent commands and the DoD: 'auto' uses it "
+        "when the probe passes and otherwise runs under the command policy (result.json says "
+        "which, and why); 'required' fails preflight without it; 'off' never uses it.",
+    )
+    network: StrictBool = Field(
+        default=False,
+        description="Let sandboxed commands use the network. Without the sandbox, commands "
+        "are not kept off the network.",
+    )
+    limits: ResourceLimits = Field(
+        default_factory=ResourceLimits,
+        description="Resource limits of sandboxed commands: memory_mb, processes, "
+        "file_size_mb, cpu_s (per process; default: timeout_s), tmp_mb.",
+    )
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
 
     @field_validator("cwd", "output_dir", mode="before")
     @classmethod
@@ -325,6 +347,9 @@ _FIX: dict[str, str] = {
     "read_context": 'write a list of repo-relative paths, e.g. ["docs/api.md"]',
     "definition_of_done": "write a mapping with `command` and `assertion` "
     "(and optionally `timeout_s`)",
+    "sandbox": "use 'auto', 'required' or 'off'",
+    "network": "use true or false",
+    "limits": "write a mapping of memory_mb, processes, file_size_mb, cpu_s, tmp_mb",
 }
 
 _EXPECTED: dict[str, str] = {
@@ -391,6 +416,8 @@ def _field_key(loc: tuple[int | str, ...]) -> str:
 
 def _model_at(parent: tuple[int | str, ...]) -> type[BaseModel]:
     """The model whose fields live at `parent` (the loc of a field, minus the field)."""
+    if parent == ("limits",):
+        return ResourceLimits
     return DefinitionOfDone if parent == ("definition_of_done",) else TaskSpec
 
 
@@ -417,6 +444,12 @@ def _description(loc: tuple[int | str, ...]) -> str:
     fields = _model_at(loc[:-1]).model_fields
     info = fields.get(str(loc[-1]))
     return (info.description or "") if info else ""
+
+
+def _enum_choices(error: ErrorDetails) -> str:
+    """Pydantic's "'a' or 'b'" as "one of: 'a', 'b'" (each enum field lists its own)."""
+    listed = str((error.get("ctx") or {}).get("expected", ""))
+    return "one of: " + listed.replace(" or ", ", ") if listed else _EXPECTED["enum"]
 
 
 def _problem(error: ErrorDetails) -> str:
@@ -446,7 +479,8 @@ def _problem(error: ErrorDetails) -> str:
         hint = fix or ""
         if kind == "string_type" and isinstance(value, int | float | bool):
             hint = "put it in quotes"
-        line = f"{field}: expected {_EXPECTED[kind]}, got {_show(value)}"
+        expected = _enum_choices(error) if kind == "enum" else _EXPECTED[kind]
+        line = f"{field}: expected {expected}, got {_show(value)}"
         return f"{line}; {hint}" if hint else line
     message = error["msg"]
     if kind == "string_pattern_mismatch":
