@@ -6,7 +6,8 @@ zero-width characters, nothing over-long. The allowlist is segment-aware: `src` 
 `src` and `src/x.py`, never `src_evil/x.py`.
 
 Command rules are the fallback for when no OS sandbox is available: they block the obvious
-destructive patterns by name. They are a speed bump, not a wall; the audit and the
+destructive patterns by name (whole-command patterns here, per-program rules in
+`command_rules`). They are a speed bump, not a wall; the audit and the
 source snapshot are what catch a determined agent.
 """
 
@@ -19,6 +20,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from code_runner.command_rules import check_words
 
 MAX_PATH_BYTES = 4096
 MAX_SEGMENT_BYTES = 255
@@ -151,6 +154,11 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "pointing git at another repository or git dir is not allowed",
     ),
     (
+        "git_config_override",
+        re.compile(r"\bgit(?:\s+--?[\w-]+(?:=\S+)?)*\s+(?:-c\s*\S|--config-env|--exec-path)"),
+        "git -c / --config-env / --exec-path can make git run programs; they are not allowed",
+    ),
+    (
         "git_write",
         re.compile(r"\bgit\s+(?:-[-\w.=]+(?:\s+[\w.=/:-]+)?\s+)*(?:" + _GIT_WRITES + r")\b"),
         "the runner owns git: diffs, staging and commits are made by the runner, not the agent",
@@ -172,7 +180,7 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
 )
 
-_REDIRECT = re.compile(r"(?:^|[^<>&0-9])\d?>>?\|?\s*([^\s;&|<>()]+)")
+_REDIRECT = re.compile(r"(?:^|[^<>0-9])&?\d?>>?[|&]?\s*([^\s;&|<>()]+)")
 _SED_INPLACE = re.compile(r"\bsed\b((?:\s+\S+)*)")
 
 
@@ -216,4 +224,5 @@ def check_command(command: str, *, source_dir: Path, workspace_dir: Path) -> Com
             targets = [w for w in words if not w.startswith("-")][1:]
             if any(_outside(t, workspace_dir) for t in targets):
                 return CommandBlock("sed_inplace_outside", "sed -i outside the workspace")
-    return None
+    found = check_words(command, workspace_dir=workspace_dir)
+    return CommandBlock(*found) if found else None

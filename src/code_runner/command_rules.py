@@ -1,0 +1,143 @@
+"""Word-level command rules: the half of the fallback policy that reads each simple command.
+
+`policy.check_command` matches whole-command patterns (git writes, `rm -r`, redirects); the
+rules here split the command line into simple commands, skip variable assignments and
+wrappers (`env`, `nohup`, `timeout 5`, `xargs`...), and judge the program and its operands:
+privilege and system changes are refused outright, and writers (`cp`, `mv`, `tee`, `touch`,
+`chmod`, `find -delete`, `sed -i`/`perl -i`...) may only name paths inside the workspace.
+Like the rest of the policy this is a speed bump for when no OS sandbox is in force, not a
+wall: the audit and the source snapshot still judge what actually happened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+_SPLIT = re.compile(r"\|\||&&|[;&|\n(){}]|\$\(|`")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_WRAPPERS = frozenset(
+    {"env", "nohup", "xargs", "time", "nice", "ionice", "timeout", "stdbuf", "command"}
+    | {"builtin", "exec", "then", "do", "else", "!"}
+)
+_PRIVILEGE = frozenset(
+    {"sudo", "su", "doas", "pkexec", "setpriv", "unshare", "nsenter", "chroot", "capsh"}
+)
+_SYSTEM = frozenset(
+    {"shutdown", "reboot", "halt", "poweroff", "systemctl", "service", "crontab", "at"}
+    | {"mount", "umount", "swapon", "swapoff", "modprobe", "insmod", "rmmod", "sysctl"}
+    | {"iptables", "nft", "chattr", "useradd", "userdel", "usermod", "passwd", "chpasswd"}
+)
+_KILLERS = frozenset({"pkill", "killall", "killall5"})
+_DEST_LAST = frozenset({"cp", "install", "rsync", "ln", "scp"})
+_ALL_OPERANDS = frozenset(
+    {"mv", "tee", "touch", "mkdir", "rm", "rmdir", "unlink", "mkfifo", "mknod", "truncate"}
+    | {"shred", "chmod", "chown", "chgrp", "setfacl"}
+)
+_FIRST_IS_MODE = frozenset({"chmod", "chown", "chgrp", "setfacl"})
+_SAFE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
+
+def outside(target: str, workspace_dir: Path) -> bool:
+    """True when `target` may name something outside the workspace (unknowns count)."""
+    if target.startswith(("$", "`")) or "$(" in target:
+        return True
+    if target in _SAFE_TARGETS:
+        return False
+    expanded = os.path.expanduser(target)
+    resolved = Path(os.path.normpath(workspace_dir / expanded))
+    return not (resolved == workspace_dir or workspace_dir in resolved.parents)
+
+
+def _words(segment: str) -> list[str]:
+    try:
+        return shlex.split(segment, comments=True)
+    except ValueError:
+        return segment.split()
+
+
+def _program(words: list[str]) -> tuple[str, list[str]]:
+    """The program a simple command runs, past assignments and wrappers, and its args."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if _ASSIGNMENT.match(word):
+            index += 1
+            continue
+        if os.path.basename(word) in _WRAPPERS:
+            index += 1
+            while index < len(words) and (
+                words[index].startswith("-") or re.fullmatch(r"[\d.]+[smhd]?", words[index])
+            ):
+                index += 1
+            continue
+        return os.path.basename(word), words[index + 1 :]
+    return "", []
+
+
+def _operands(args: list[str]) -> list[str]:
+    found: list[str] = []
+    only_operands = False
+    for arg in args:
+        if not only_operands and arg == "--":
+            only_operands = True
+        elif only_operands or not arg.startswith("-"):
+            found.append(arg)
+    return found
+
+
+def _inplace(name: str, args: list[str]) -> bool:
+    if name == "sed":
+        return any(
+            a == "--in-place" or a.startswith("--in-place=") or _short_flag(a, "i") for a in args
+        )
+    return name == "perl" and any(_short_flag(a, "i") for a in args)
+
+
+def _short_flag(arg: str, flag: str) -> bool:
+    return bool(re.match(r"^-[a-zA-Z]*" + flag, arg)) and not arg.startswith("--")
+
+
+def _targets(name: str, args: list[str]) -> list[str]:
+    """The operands a writer would create, change or remove."""
+    operands = _operands(args)
+    if name in _DEST_LAST:
+        return operands[-1:]
+    if name in _ALL_OPERANDS:
+        return operands[1:] if name in _FIRST_IS_MODE else operands
+    if name in ("sed", "perl") and _inplace(name, args):
+        scripted = any(a in ("-e", "--expression", "-f", "--file") for a in args)
+        return operands if scripted else operands[1:]
+    if name == "find" and any(a in ("-delete", "-exec", "-execdir", "-ok") for a in args):
+        starts: list[str] = []
+        for arg in args:
+            if arg.startswith(("-", "(", "!")):
+                break
+            starts.append(arg)
+        return starts
+    if name in ("cd", "pushd"):
+        return operands[:1] or ["~"]
+    return []
+
+
+def check_words(command: str, *, workspace_dir: Path) -> tuple[str, str] | None:
+    """(rule, reason) for the first simple command a word-level rule refuses, else None."""
+    for segment in _SPLIT.split(command):
+        name, args = _program(_words(segment))
+        if not name:
+            continue
+        if name in _PRIVILEGE:
+            return "privilege", f"`{name}` changes privileges or namespaces; it is not allowed"
+        if name in _SYSTEM:
+            return "system_change", f"`{name}` changes the machine, not the workspace"
+        if name in _KILLERS or (name == "kill" and "-1" in args):
+            return "kill_all", "signalling processes by name or all of them (-1) is not allowed"
+        for target in _targets(name, args):
+            if outside(target, workspace_dir):
+                rule = (
+                    "cd_outside_workspace" if name in ("cd", "pushd") else "write_outside_workspace"
+                )
+                return rule, f"`{name}` may only name paths inside the workspace ({target})"
+    return None
