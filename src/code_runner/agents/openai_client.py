@@ -189,7 +189,7 @@ class OpenAIChatClient:
                     attempt=attempt,
                     duration_s=duration_s,
                     retry_in_s=round(wait, 3),
-                    kind=failure.kind.value,
+                    failure=failure.kind.value,
                     status=failure.status,
                     message=failure.message,
                 )

@@ -6,7 +6,7 @@
     request   round, turn, attempt, the full request body
     response  round, turn, attempt, content, tool calls (raw argument text), finish
               reason, usage, chunks, duration_s, ttft_s
-    error     round, turn, attempt, kind, status, message, retry_in_s (None: gave up)
+    error     round, turn, attempt, failure, status, message, retry_in_s (None: gave up)
     stop      round, stop, budget, turns, error, usage so far
 
 A `Recording` reads one back for the replay backend: for each round, the outcome of each
@@ -143,7 +143,7 @@ class ModelError(CodeRunnerError):
 
     def to_record(self) -> dict[str, Any]:
         return {
-            "kind": self.kind.value,
+            "failure": self.kind.value,
             "status": self.status,
             "message": self.message,
             "fix": self.fix,
@@ -153,7 +153,7 @@ class ModelError(CodeRunnerError):
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> ModelError:
         return cls(
-            FailureKind(str(data["kind"])),
+            FailureKind(str(data["failure"])),
             str(data["message"]),
             status=data.get("status"),
             attempts=int(data.get("attempts") or 1),
@@ -230,15 +230,21 @@ def read_recording(path: Path) -> Recording:
             fix="give a TASK.transcript.jsonl written by code-runner.",
         )
     rounds: dict[int, RecordedRound] = {}
-    for entry in entries:
+    for number, entry in enumerate(entries, 1):
         kind = entry.get("kind")
-        current = rounds.setdefault(int(entry.get("round", 0)), RecordedRound())
-        if kind == "response":
-            current.calls.append(ModelTurn.from_record(entry))
-        elif kind == "error" and entry.get("retry_in_s") is None:
-            current.calls.append(ModelError.from_record(entry))
-        elif kind == "stop":
-            current.stop = entry
+        try:
+            current = rounds.setdefault(int(entry.get("round", 0)), RecordedRound())
+            if kind == "response":
+                current.calls.append(ModelTurn.from_record(entry))
+            elif kind == "error" and entry.get("retry_in_s") is None:
+                current.calls.append(ModelError.from_record(entry))
+            elif kind == "stop":
+                current.stop = entry
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(
+                f"{path}: entry {number} ({kind}) is not a valid transcript line: {exc!r}.",
+                fix="replay an unmodified transcript written by code-runner.",
+            ) from None
     return Recording(path=path, session=sessions[0], rounds=rounds)
 
 

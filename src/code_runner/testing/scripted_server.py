@@ -117,7 +117,7 @@ class ScriptedServer:
         self._next = 0
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._httpd = ThreadingHTTPServer((host, 0), _handler_for(self))
+        self._httpd = _QuietServer((host, 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="scripted-server", daemon=True
@@ -183,6 +183,12 @@ class ScriptedServer:
     def _wait(self, seconds: float) -> bool:
         """Sleep unless the server is closing; True if it is."""
         return self._closing.wait(seconds) if seconds > 0 else self._closing.is_set()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a cancelled or timed-out stream) is not a server error."""
+        return None
 
 
 def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
