@@ -107,8 +107,49 @@ class OpenAIBackend(ProviderSettings):
     max_retry_wait_s: Annotated[float, Field(ge=0, le=600, allow_inf_nan=False)] = 60.0
 
 
+class AgentCliSettings(ProviderSettings):
+    """What the agent CLI kinds share (`code_runner.agents.cli_agents.settings`); every
+    field may also be given, or overridden, in the backend string as `key=value`."""
+
+    bin: str | None = Field(default=None, description="The program; unset: the CLI's name.")
+    retries: Annotated[int, Field(strict=True, ge=0, le=5)] | None = None
+    idle_timeout_s: PositiveFloat | None = None
+    timeout_s: PositiveFloat | None = None
+    tmux: bool | None = None
+
+
+class CodexCliBackend(AgentCliSettings):
+    """`kind = "codex-cli"`: `codex exec`, hermetic, its provider from this entry."""
+
+    kind: Literal["codex-cli"] = "codex-cli"
+    sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = None
+
+
+class ClaudeCliBackend(AgentCliSettings):
+    """`kind = "claude-cli"`: `claude -p`, hermetic; `base_url` is ANTHROPIC_BASE_URL."""
+
+    kind: Literal["claude-cli"] = "claude-cli"
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    max_turns: PositiveInt | None = None
+    tools: list[str] | None = None
+
+
+class CommandBackend(AgentCliSettings):
+    """`kind = "command"`: any program; `command` is its argv (placeholders allowed)."""
+
+    kind: Literal["command"] = "command"
+    api_key_env: str = ""
+    command: list[str] = Field(min_length=1)
+    final_event: str | None = None
+
+
 # kind -> settings model. A new kind (codex-cli, claude-cli, command) is one line here.
-BACKEND_KINDS: dict[str, type[ProviderSettings]] = {"openai": OpenAIBackend}
+BACKEND_KINDS: dict[str, type[ProviderSettings]] = {
+    "openai": OpenAIBackend,
+    "codex-cli": CodexCliBackend,
+    "claude-cli": ClaudeCliBackend,
+    "command": CommandBackend,
+}
 
 BUILTIN_BACKENDS: dict[str, ProviderSettings] = {"openai": OpenAIBackend()}
 

@@ -17,6 +17,14 @@ class EventKind(StrEnum):
     MODEL_TURN = "model_turn"  # one model call answered (usage, timing, tool calls)
     AGENT_WARNING = "agent_warning"  # e.g. a price or usage the budget cannot count
     AGENT_FINISHED = "agent_finished"
+    # agent CLIs (codex-cli, claude-cli, command): the process and what it reported
+    CLI_STARTED = "cli_started"
+    CLI_EVENT = "cli_event"  # one translated event of the CLI's own JSON stream
+    AGENT_MESSAGE = "agent_message"  # text the agent wrote (a CLI's message, a model's)
+    CLI_FINISHED = "cli_finished"
+    AGENT_BLOCKED = "agent_blocked"  # a known failure text: a person must decide
+    STOP_REQUESTED = "stop_requested"  # `code-runner stop` asked the run to end
+    RESULT_CONTRACT = "result_contract"  # the worker's claimed result against the evidence
     AUDIT = "audit"
     CHANGES_DROPPED = "changes_dropped"
     DOD_STARTED = "dod_started"

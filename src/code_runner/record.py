@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,6 +95,9 @@ class Reason(StrEnum):
     NO_ALLOWED_CHANGES = "no_allowed_changes"
     RUN_TIMEOUT = "run_timeout"
     AGENT_ERROR = "agent_error"
+    AGENT_TIMEOUT = "agent_timeout"  # an agent CLI went silent or overran its time; killed
+    BLOCKED_NEEDS_DECISION = "blocked_needs_decision"  # credentials, approval, context...
+    STOPPED = "stopped"  # `code-runner stop` ended the run
     BUDGET_EXHAUSTED = "budget_exhausted"
     # a model backend's budgets, one code each (the run keeps its best patch so far)
     BUDGET_TURNS = "budget_turns"
@@ -166,6 +170,41 @@ class RecordPaths:
         return self.file("verifier.log")
 
     @property
+    def run_info(self) -> Path:
+        """Who ran what where: backend, command line (secrets redacted), sandbox posture."""
+        return self.file("run.json")
+
+    @property
+    def result_md(self) -> Path:
+        """The normalized result (SUCCESS / PARTIAL / BLOCKED_NEEDS_DECISION / FAILED)."""
+        return self.file("result.md")
+
+    @property
+    def eval_md(self) -> Path:
+        """Scope, diff, proof and ownership review of the run."""
+        return self.file("eval.md")
+
+    @property
+    def terminal_log(self) -> Path:
+        """What an agent CLI's tmux pane showed (`--tmux` runs)."""
+        return self.file("terminal.log")
+
+    @property
+    def tmux_info(self) -> Path:
+        """Socket and session of the live tmux pane, for `code-runner attach`."""
+        return self.file("tmux.json")
+
+    @property
+    def stop_request(self) -> Path:
+        """Written by `code-runner stop`; the runner polls for it."""
+        return self.file("stop")
+
+    @property
+    def agent_dir(self) -> Path:
+        """An agent CLI's prompts and raw output, one set of files per round."""
+        return self.file("agent")
+
+    @property
     def apply_journal(self) -> Path:
         """The apply step's journal: prior state of every source path it touches."""
         return self.file("apply.json")
@@ -213,11 +252,18 @@ class RunRecord:
             "patch",
             "hunk.md",
             "verifier.log",
+            "run.json",
+            "result.md",
+            "eval.md",
+            "terminal.log",
+            "tmux.json",
+            "stop",
             "transcript.jsonl",
         ):
             path = paths.file(suffix)
             if path.exists():
                 path.unlink()
+        shutil.rmtree(paths.agent_dir, ignore_errors=True)
         record = cls(paths, run_id, max_rounds=max_rounds)
         record.write_status()
         return record

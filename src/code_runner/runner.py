@@ -16,7 +16,7 @@ import secrets
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,8 +24,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from code_runner import agents, apply, gitx, proc, snapshot, verify, workspace
+from code_runner import agents, apply, gitx, proc, run_report, snapshot, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
+from code_runner.agents.cli_agents import contract
 from code_runner.cleanup import RUN_ID_ENV
 from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
 from code_runner.events import EventKind
@@ -41,6 +42,11 @@ from code_runner.spec import TaskSpec, spec_to_request
 from code_runner.tools import Toolbox
 
 _ENV_PASSTHROUGH = ("PATH", "LANG", "TZ", "VIRTUAL_ENV", "PYTHONPATH")
+# an agent CLI's round ended without an answer: the run ends with this reason
+_CLI_ENDINGS: dict[AgentStop, Reason] = {
+    AgentStop.BLOCKED: Reason.BLOCKED_NEEDS_DECISION,
+    AgentStop.TIMEOUT: Reason.AGENT_TIMEOUT,
+}
 _BUDGET_REASONS: dict[BudgetKind | None, Reason] = {
     BudgetKind.TURNS: Reason.BUDGET_TURNS,
     BudgetKind.TOKENS: Reason.BUDGET_TOKENS,
@@ -145,16 +151,19 @@ def new_run_id(task_id: str) -> str:
 
 
 @contextlib.contextmanager
-def signals_as_interrupt(record: RunRecord) -> Iterator[None]:
+def signals_as_interrupt(
+    record: RunRecord, *, stopping: Callable[[], bool] = lambda: False
+) -> Iterator[None]:
     """SIGINT/SIGTERM become `Interrupted` so `finally` blocks release the workspace.
 
-    A second signal during cleanup is recorded and ignored: cleanup must finish.
+    A second signal during cleanup is recorded and ignored: cleanup must finish. So is a
+    signal once `stopping()` (a stop request already being honoured).
     """
     received: list[int] = []
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         record.emit(EventKind.SIGNAL_RECEIVED, signal=signal.Signals(signum).name)
-        if received:
+        if received or stopping():
             return
         received.append(signum)
         raise Interrupted(f"received {signal.Signals(signum).name}")
@@ -197,6 +206,8 @@ class TaskRun:
         self.patch_info: dict[str, Any] = {}
         self.violations: list[str] = []
         self.dropped: list[dict[str, object]] = []
+        self.last_response = ""  # the agent's final text of the last round (its RESULT block)
+        self.stopping = False  # a stop request is being honoured; further signals wait
         self.applied: apply.ApplyOutcome | None = None  # complete-task mode only
 
     # --- the loop ----------------------------------------------------------------------
@@ -228,6 +239,7 @@ class TaskRun:
         self.best.score = min(self.best.score, 0.0)  # the base itself is never "progress"
         previous = verdict
         for index in range(1, spec.max_rounds + 1):
+            self._check_stop()
             if self._out_of_time():
                 return
             self.record.set_round(index)
@@ -240,6 +252,9 @@ class TaskRun:
                 max_rounds=spec.max_rounds,
                 workspace_dir=ws.work_tree,
                 previous_verdict=previous,
+                record_paths=self.record.paths,
+                env=command_env(ws),
+                deadline=self.deadline,
             )
             self.record.emit(EventKind.AGENT_STARTED, backend=spec.backend)
             try:
@@ -255,6 +270,8 @@ class TaskRun:
                 error=outcome.error,
             )
             self.record.append_response(index, outcome.response)
+            self.last_response = outcome.response
+            self._check_stop()
             self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
             self.tree = ""  # unknown until the audited state is written as a tree
             audit = workspace.audit(ws, spec.allowlist_policy, git_before)
@@ -314,8 +331,18 @@ class TaskRun:
             if outcome.stop is AgentStop.ERROR:
                 self.reason, self.error = Reason.AGENT_ERROR, outcome.error
                 return
+            if outcome.stop in _CLI_ENDINGS:
+                self.reason, self.error = _CLI_ENDINGS[outcome.stop], outcome.error
+                return
         if self.best is not None and self.best.round_index == 0:
             self.reason = Reason.NO_ALLOWED_CHANGES if self._no_changes() else Reason.DOD_FAILED
+
+    def _check_stop(self) -> None:
+        """End the run if `code-runner stop` asked for it (its SIGTERM may be on the way)."""
+        if self.record.paths.stop_request.exists() and not self.stopping:
+            self.stopping = True
+            self.record.emit(EventKind.STOP_REQUESTED, path=str(self.record.paths.stop_request))
+            raise Interrupted("stopped by `code-runner stop`")
 
     def _no_changes(self) -> bool:
         return all(not r.get("audit", {}).get("allowed") for r in self.rounds[1:])
@@ -483,13 +510,14 @@ class TaskRun:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
         before_job = pool.submit(snapshot.take, self.pre.source)
         released = False
-        with signals_as_interrupt(record):
+        with signals_as_interrupt(record, stopping=lambda: self.stopping):
             try:
                 record.transition(RunState.PREPARING, step="create workspace")
                 self.ws = workspace.create(
                     self.pre.source, self.pre.base, run_id=self.run_id, output_dir=spec.output_dir
                 )
                 record.emit(EventKind.WORKSPACE_CREATED, path=str(self.ws.work_tree))
+                self._write_run_info("running")
                 before_job.result()  # the agent must not act before the source is fingerprinted
                 self._rounds(self.ws)
                 if self.ws is not None and self.best is not None:
@@ -497,10 +525,12 @@ class TaskRun:
                 if spec.apply_to_source and self.status is ResultStatus.PASSED:
                     self._apply(self.ws, before_job.result())
             except Interrupted as exc:
+                stopped = record.paths.stop_request.exists()
+                self.stopping = self.stopping or stopped
                 self.status, self.reason, self.error = (
                     ResultStatus.INTERRUPTED,
-                    Reason.INTERRUPTED,
-                    exc.message,
+                    Reason.STOPPED if stopped else Reason.INTERRUPTED,
+                    "stopped by `code-runner stop`" if stopped else exc.message,
                 )
             except CodeRunnerError as exc:
                 self.status, self.reason = ResultStatus.ERROR, Reason.WORKSPACE_ERROR
@@ -528,7 +558,10 @@ class TaskRun:
                     self.status, self.reason = ResultStatus.FAILED, Reason.SOURCE_CHANGED
                     self.error = "the source repo changed during the run: " + "; ".join(diffs)
                 result = self._result(before, after, diffs, released, started_at, t0)
+                result["result_contract"] = contract.assess(self.last_response, result)
+                record.emit(EventKind.RESULT_CONTRACT, **result["result_contract"])
                 record.write_result(result)
+                self._write_reports(result)
                 final = {
                     ResultStatus.PASSED: RunState.PASSED,
                     ResultStatus.ALREADY_SATISFIED: RunState.PASSED,
@@ -540,6 +573,26 @@ class TaskRun:
                     EventKind.RUN_FINISHED, status=self.status.value, reason=self.reason.value
                 )
         return RunOutcome(self.status, self.reason, result, record.paths)
+
+    def _write_run_info(self, status: str) -> None:
+        info = run_report.run_info(
+            self.spec,
+            run_id=self.run_id,
+            agent=self.pre.agent,
+            workspace_dir=self.ws.work_tree if self.ws else None,
+            base=self.pre.base,
+            paths=self.record.paths,
+            status=status,
+        )
+        run_report.write_run_info(self.record.paths, info)
+
+    def _write_reports(self, result: dict[str, Any]) -> None:
+        """run.json, result.md and eval.md beside the record; never fails the run."""
+        try:
+            self._write_run_info(str(result.get("status")))
+            run_report.write_reports(self.record.paths, result, self.spec)
+        except OSError as exc:
+            self.record.emit(EventKind.ERROR, message=f"could not write run reports: {exc}")
 
     def _result(
         self,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from code_runner.events import EventSink
 
 if TYPE_CHECKING:
+    from code_runner.record import RecordPaths
     from code_runner.spec import TaskSpec
     from code_runner.verify import Verdict
 
@@ -78,6 +79,8 @@ class AgentStop(StrEnum):
     TURN_LIMIT = "turn_limit"
     BUDGET = "budget"
     ERROR = "error"
+    BLOCKED = "blocked"  # a person must decide (credentials, approval, context); `error` says why
+    TIMEOUT = "timeout"  # the agent went silent (idle timeout) or ran out of wall-clock time
 
 
 class BudgetKind(StrEnum):
@@ -98,6 +101,11 @@ class RoundContext:
     max_rounds: int
     workspace_dir: Path
     previous_verdict: Verdict | None = None
+    # for backends that run a program (agent CLIs): where their own artifacts go, the
+    # command environment (no secrets; private HOME and TMPDIR), and the run's deadline
+    record_paths: RecordPaths | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    deadline: float | None = None  # time.monotonic() at which the run's wall clock ends
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from code_runner.cli.inspect_cmd import result_command, status_command, watch_co
 from code_runner.cli.maintenance import doctor_command, gc_command, schema_command
 from code_runner.cli.replay_cmd import replay_command
 from code_runner.cli.run_cmd import dry_run_command, run_command
+from code_runner.cli.supervise_cmd import attach_command, stop_command, summarize_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,6 +38,9 @@ for command in (
     apply_command,
     reject_command,
     replay_command,
+    stop_command,
+    attach_command,
+    summarize_command,
 ):
     cli.add_command(command)
 

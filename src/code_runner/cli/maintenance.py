@@ -43,6 +43,12 @@ def _model_backends(source_dir: Path | None) -> dict[str, Any]:
         return {"config": None, "backends": {}, "error": exc.render()}
 
 
+def _agent_clis() -> dict[str, Any]:
+    from code_runner.agents.cli_agents.probe import cli_report
+
+    return cli_report()
+
+
 def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
     tools = {name: {**_probe(argv), "why": why} for name, (argv, why) in _TOOLS.items()}
     state = dirs.state_dir()
@@ -51,6 +57,7 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
         "tools": tools,
         "backends": agents.available_backends(),
         "model_backends": _model_backends(source_dir),
+        "agent_clis": _agent_clis(),
         "credentials": {name: name in os.environ for name in _CREDENTIALS},
         "state_dir": str(state),
         "state_dir_writable": os.access(probe_dir, os.W_OK) if probe_dir.exists() else False,
@@ -92,6 +99,10 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
             f"  {name} ({info['kind']}, model {model}): {info.get('base_url')} {answers}; "
             f"{key_state}"
         )
+    for name, info in report["agent_clis"].items():
+        found = f"[green]ok[/] {info['version'] or ''}" if info["found"] else "[red]missing[/]"
+        how = info["path"] or f"{info['install']} (or set ${info['override']})"
+        out.print(f"{name:6} {found}  [dim]{info['backend']} backend: {how}[/]")
     for name, present in report["credentials"].items():
         out.print(f"{name}: {'set' if present else 'not set'}")
     out.print(f"state dir: {report['state_dir']}")

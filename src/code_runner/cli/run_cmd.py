@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +32,34 @@ spec_argument = click.argument(
 @click.option("--max-rounds", type=int, help="Override the spec's max_rounds (1..20).")
 @click.option("--backend", help="Override the spec's backend (e.g. scripted:fix.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print result.json to stdout.")
-def run_command(spec_path: Path, max_rounds: int | None, backend: str | None, as_json: bool) -> int:
+@click.option(
+    "--tmux/--no-tmux",
+    default=None,
+    help="Run an agent CLI backend in a tmux pane of its own (`code-runner attach "
+    "OUTPUT_DIR` to watch). Default: the backend's tmux= setting or $CODE_RUNNER_TMUX.",
+)
+def run_command(
+    spec_path: Path,
+    max_rounds: int | None,
+    backend: str | None,
+    as_json: bool,
+    tmux: bool | None,
+) -> int:
     """Run a task spec; exit 0 iff the DoD passed on the patch.
 
     The agent works in a disposable checkout; the source repo stays byte-identical.
-    The patch and the full record land in the spec's output_dir.
+    The patch and the full record land in the spec's output_dir. `code-runner stop
+    OUTPUT_DIR` ends a run cleanly from another terminal.
     """
     task = spec.load_spec(spec_path, overrides=_overrides(max_rounds, backend))
     pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
+    if tmux is not None:
+        from code_runner.agents.cli_agents.agent import supervise_in_tmux
+
+        pre = dataclasses.replace(pre, agent=supervise_in_tmux(pre.agent, enabled=tmux))
     out = render.console(stderr=True)
+    if tmux:
+        out.print(f"watch it live: code-runner attach {task.output_dir}")
     for warning in pre.warnings:
         out.print(f"[yellow]warning:[/] {warning}")
     listeners: list[Any] = [] if as_json else [render.ProgressPrinter(out)]

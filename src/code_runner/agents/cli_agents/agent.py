@@ -1,0 +1,330 @@
+"""`CliAgent`: one round of an agent CLI, as the runner's `Agent` protocol sees it.
+
+A round writes the contract prompt to the record, builds the CLI's hermetic command
+line and environment (a `Flavor` per CLI), supervises the process, and turns what
+happened into an `AgentOutcome`. The toolbox the runner offers is not used: the CLI
+brings its own tools, and the runner audits what they did from real git state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext, ToolRunner
+from code_runner.agents.cli_agents import contract, supervisor, tmux
+from code_runner.agents.cli_agents.settings import CliKind, CliSettings
+from code_runner.agents.cli_agents.translate import Translator
+from code_runner.errors import PreflightError, UsageError
+from code_runner.events import EventKind, EventSink
+from code_runner.record import RecordPaths
+
+PROMPT_PLACEHOLDER = "<prompt: see {path}>"
+_MAX_ROUND_S = 7 * 86_400.0
+_SECRET_TEXT = re.compile(
+    r"(?i)(bearer\s+)\S+|\b(sk-[A-Za-z0-9_-]{6,})|((?:api[_-]?key|token|secret|password)=)[^\s,}\"']+"
+)
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """`text` with known secret values and anything that looks like a credential masked."""
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "<redacted>")
+
+    def mask(match: re.Match[str]) -> str:
+        prefix = match.group(1) or match.group(3) or ""
+        return f"{prefix}<redacted>"
+
+    return _SECRET_TEXT.sub(mask, text)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One CLI run: argv and environment as started, and what is safe to record."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    secret_names: tuple[str, ...] = ()  # variables whose values are secrets
+
+    def shown(self, prompt: str, prompt_file: Path) -> list[str]:
+        secrets = [self.env[name] for name in self.secret_names if self.env.get(name)]
+        placeholder = PROMPT_PLACEHOLDER.format(path=prompt_file)
+        return [placeholder if part == prompt else redact(part, secrets) for part in self.argv]
+
+
+class Flavor(Protocol):
+    """What differs between CLIs: the command line, the environment, the event stream."""
+
+    kind: CliKind
+
+    def invocation(
+        self,
+        settings: CliSettings,
+        *,
+        program: str,
+        prompt: str,
+        prompt_file: Path,
+        workspace: Path,
+        round_index: int,
+        env: Mapping[str, str],
+        home: Path,
+    ) -> Invocation: ...
+
+    def translator(self, settings: CliSettings, events: EventSink) -> Translator: ...
+
+    def posture(self, settings: CliSettings) -> dict[str, Any]: ...
+
+
+def find_program(program: str, path: str | None) -> str | None:
+    """The absolute path of `program` (a name looked up on `path`, or a path)."""
+    if os.sep in program:
+        candidate = Path(program).expanduser()
+        return str(candidate.resolve()) if os.access(candidate, os.X_OK) else None
+    return shutil.which(program, path=path)
+
+
+def preflight_program(settings: CliSettings) -> str:
+    found = find_program(settings.program, os.environ.get("PATH"))
+    if found is None:
+        hint = {
+            CliKind.CODEX: "npm install -g @openai/codex (or set CODE_RUNNER_CODEX_BIN)",
+            CliKind.CLAUDE: "npm install -g @anthropic-ai/claude-code (or set "
+            "CODE_RUNNER_CLAUDE_BIN)",
+        }.get(settings.kind, "install it or give its path")
+        raise PreflightError(
+            f"backend {settings.kind.value}: the program {settings.program!r} is not installed "
+            "(not found on PATH).",
+            fix=f"{hint}; `code-runner doctor` shows what is found.",
+        )
+    return found
+
+
+def preflight_key(settings: CliSettings) -> None:
+    name = settings.api_key_env
+    if name and not os.environ.get(name, "").strip():
+        raise PreflightError(
+            f"backend {settings.kind.value} reads its API key from ${name}, which is not set.",
+            fix=f"export {name}=... before running, or pass `api_key_env=` (empty) for a "
+            "server that needs no key.",
+        )
+
+
+class CliAgent:
+    """An external agent CLI, supervised, as a code-runner backend."""
+
+    def __init__(self, flavor: Flavor, settings: CliSettings, *, program: str) -> None:
+        self.flavor = flavor
+        self.settings = settings
+        self.program = program
+        self.name = settings.kind.value
+        self._key = uuid.uuid4().hex  # one tmux socket per run, whatever its output dir
+        self._last_command: list[str] | None = None
+        if settings.tmux and tmux.tmux_program() is None:
+            raise PreflightError(
+                f"backend {self.name} is to run in tmux, but tmux is not installed.",
+                fix="install tmux (`apt-get install tmux`), or run without --tmux (and "
+                "without tmux=true or CODE_RUNNER_TMUX=1).",
+            )
+
+    def with_tmux(self, enabled: bool) -> CliAgent:
+        """The same agent, supervised in tmux (or not)."""
+        return CliAgent(self.flavor, replace(self.settings, tmux=enabled), program=self.program)
+
+    def describe(self) -> dict[str, Any]:
+        """For run.json: what runs, how it is confined, where a person can watch it."""
+        return {
+            "backend": self.name,
+            "program": self.program,
+            "command_line": self._last_command,
+            "settings": self.settings.public(),
+            "sandbox": self.flavor.posture(self.settings),
+            "supervision": {
+                "tmux": self.settings.tmux,
+                "idle_timeout_s": self.settings.idle_timeout_s,
+                "timeout_s": self.settings.timeout_s,
+                "stdin": "/dev/null",
+            },
+        }
+
+    def run_round(self, ctx: RoundContext, tools: ToolRunner, events: EventSink) -> AgentOutcome:
+        paths = ctx.record_paths or _scratch_paths(ctx)
+        agent_dir = paths.agent_dir
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        index = ctx.round_index
+        prompt = contract.build_prompt(
+            ctx.task,
+            round_index=index,
+            max_rounds=ctx.max_rounds,
+            previous=ctx.previous_verdict,
+        )
+        prompt_file = agent_dir / f"round-{index}.prompt.md"
+        prompt_file.write_text(prompt, encoding="utf-8")
+        env = _base_env(ctx, agent_dir)
+        home = Path(env["HOME"])
+        program = find_program(self.program, env.get("PATH")) or self.program
+        invocation = self.flavor.invocation(
+            self.settings,
+            program=program,
+            prompt=prompt,
+            prompt_file=prompt_file,
+            workspace=ctx.workspace_dir,
+            round_index=index,
+            env=env,
+            home=home,
+        )
+        shown = invocation.shown(prompt, prompt_file)
+        self._last_command = shown
+        launch = supervisor.Launch(
+            argv=invocation.argv,
+            cwd=ctx.workspace_dir,
+            env=invocation.env,
+            stdout_path=agent_dir / f"round-{index}.stdout.jsonl",
+            stderr_path=agent_dir / f"round-{index}.stderr.log",
+        )
+        plan = self._tmux_plan(paths, index, shown) if self.settings.tmux else None
+        events.emit(
+            EventKind.CLI_STARTED,
+            backend=self.name,
+            argv=shown,
+            cwd=str(ctx.workspace_dir),
+            tmux=plan.info if plan else None,
+            stdout=str(launch.stdout_path),
+            stderr=str(launch.stderr_path),
+            env_names=sorted(invocation.env),
+        )
+        translator = self.flavor.translator(self.settings, events)
+        done = supervisor.supervise(
+            launch,
+            self._limits(ctx),
+            translator,
+            stop_requested=paths.stop_request.exists,
+            tmux=plan,
+        )
+        state = translator.state
+        events.emit(
+            EventKind.CLI_FINISHED, backend=self.name, **done.to_dict(), stream=state.to_dict()
+        )
+        outcome = _outcome(done, translator)
+        if outcome.stop is AgentStop.BLOCKED and done.blocker is not None:
+            events.emit(EventKind.AGENT_BLOCKED, backend=self.name, **done.blocker.to_dict())
+        return outcome
+
+    def _limits(self, ctx: RoundContext) -> supervisor.Limits:
+        timeout = self.settings.timeout_s or _MAX_ROUND_S
+        if ctx.deadline is not None:
+            timeout = min(timeout, max(1.0, ctx.deadline - time.monotonic()))
+        return supervisor.Limits(
+            timeout_s=timeout,
+            idle_timeout_s=self.settings.idle_timeout_s,
+            grace_s=self.settings.grace_s,
+        )
+
+    def _tmux_plan(self, paths: RecordPaths, index: int, shown: list[str]) -> supervisor.TmuxPlan:
+        agent_dir = paths.agent_dir
+        socket = tmux.socket_path(self._key)
+        run_dir = paths.output_dir
+        files = tmux.PaneFiles(
+            script=agent_dir / f"round-{index}.launch.sh",
+            go=agent_dir / f"round-{index}.go",
+            exit_code=agent_dir / f"round-{index}.exit",
+            stdout=agent_dir / f"round-{index}.stdout.jsonl",
+            stderr=agent_dir / f"round-{index}.stderr.log",
+            terminal_log=paths.terminal_log,
+            info=paths.tmux_info,
+        )
+        banner = (
+            f"code-runner: {self.name}, round {index} -- watching only; "
+            f"stop the run with: code-runner stop {run_dir}"
+        )
+        info = {"round": index, "backend": self.name, "command_line": shown}
+        return supervisor.TmuxPlan(socket=socket, files=files, banner=banner, info=info)
+
+
+def supervise_in_tmux(agent: Any, *, enabled: bool) -> Any:
+    """`agent` with tmux supervision switched on or off (`code-runner run --tmux`)."""
+    if isinstance(agent, CliAgent):
+        return agent.with_tmux(enabled)
+    if enabled:
+        raise UsageError(
+            f"--tmux runs an agent CLI in a tmux pane, and backend {getattr(agent, 'name', '?')!r} "
+            "is not one (it runs inside code-runner).",
+            fix="use a codex-cli, claude-cli or command backend, or drop --tmux "
+            "(`code-runner watch OUTPUT_DIR` follows any run).",
+        )
+    return agent
+
+
+def _scratch_paths(ctx: RoundContext) -> RecordPaths:
+    """Where artifacts go when the agent runs without a run record (library use)."""
+    return RecordPaths(Path(tempfile.mkdtemp(prefix="code-runner-cli-")), ctx.task.task_id)
+
+
+def _base_env(ctx: RoundContext, agent_dir: Path) -> dict[str, str]:
+    env = dict(ctx.env)
+    if "PATH" not in env:
+        env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    for name in ("HOME", "TMPDIR"):
+        if not env.get(name):
+            path = agent_dir / name.lower()
+            path.mkdir(parents=True, exist_ok=True)
+            env[name] = str(path)
+    return env
+
+
+def _outcome(done: supervisor.Supervised, translator: Translator) -> AgentOutcome:
+    state = translator.state
+    response = state.final_text
+    turns = state.steps
+    ending = done.ending
+    killed = f" (killed {done.killed} leftover process(es))" if done.killed else ""
+    if ending is supervisor.Ending.BLOCKED and done.blocker is not None:
+        return AgentOutcome(
+            AgentStop.BLOCKED,
+            response,
+            turns,
+            error=f"{done.blocker.reason}. Fix: {done.blocker.fix}",
+        )
+    if ending in (supervisor.Ending.IDLE_TIMEOUT, supervisor.Ending.TIMEOUT):
+        return AgentOutcome(AgentStop.TIMEOUT, response, turns, error=f"{done.detail}{killed}")
+    if ending is not supervisor.Ending.EXITED:
+        return AgentOutcome(AgentStop.ERROR, response, turns, error=done.detail or ending.value)
+    if state.final_seen and state.final_ok:
+        return AgentOutcome(AgentStop.DONE, response, turns)
+    if state.turn_limit:
+        return AgentOutcome(AgentStop.TURN_LIMIT, response, turns, error=state.error)
+    if state.final_seen:
+        return AgentOutcome(
+            AgentStop.ERROR,
+            response,
+            turns,
+            error=f"the CLI reported a failure (exit {done.exit_code}): {state.error or '?'}",
+        )
+    said = f"; its last error: {state.error}" if state.error else ""
+    return AgentOutcome(
+        AgentStop.ERROR,
+        response,
+        turns,
+        error=f"the CLI exited (exit {done.exit_code}) without its final event "
+        f"`{state.final_event}`, so the round counts as failed{said}{killed}",
+    )
+
+
+__all__ = [
+    "CliAgent",
+    "Flavor",
+    "Invocation",
+    "find_program",
+    "preflight_key",
+    "preflight_program",
+    "redact",
+    "supervise_in_tmux",
+]

@@ -1,0 +1,123 @@
+"""`claude-cli`: Anthropic's Claude Code (`claude -p --output-format stream-json`), hermetic.
+
+Its own config dir (`CLAUDE_CONFIG_DIR` under the workspace's private HOME), only the
+user settings source (that empty dir: no project settings, hooks or MCP servers from the
+repo), no session persistence, non-essential traffic, telemetry, error reporting and
+auto-update off, retries bounded, `--max-turns`, tools limited to the task's list (the
+same list pre-approved, so nothing waits for a permission prompt), and
+`--permission-mode acceptEdits`. The key is handed over as ANTHROPIC_API_KEY from the
+variable the backend names; stdin is /dev/null.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from code_runner.agents.cli_agents.agent import (
+    CliAgent,
+    Invocation,
+    preflight_key,
+    preflight_program,
+)
+from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
+from code_runner.agents.cli_agents.translate import ClaudeTranslator, Translator
+from code_runner.events import EventSink
+
+
+class ClaudeFlavor:
+    kind = CliKind.CLAUDE
+
+    def invocation(
+        self,
+        settings: CliSettings,
+        *,
+        program: str,
+        prompt: str,
+        prompt_file: Path,
+        workspace: Path,
+        round_index: int,
+        env: Mapping[str, str],
+        home: Path,
+    ) -> Invocation:
+        config_dir = home / ".claude-config"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        cli_env = {
+            **env,
+            "CLAUDE_CONFIG_DIR": str(config_dir),
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_MAX_RETRIES": str(settings.retries),
+        }
+        secret_names: tuple[str, ...] = ()
+        if settings.base_url:
+            cli_env["ANTHROPIC_BASE_URL"] = settings.base_url
+        if settings.api_key_env:
+            cli_env["ANTHROPIC_API_KEY"] = os.environ.get(settings.api_key_env, "")
+            secret_names = ("ANTHROPIC_API_KEY",)
+        tools = ",".join(settings.tools)
+        argv = [
+            program,
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--no-session-persistence",
+            "--setting-sources",
+            "user",
+            "--strict-mcp-config",
+            *(["--model", settings.model] if settings.model else []),
+            "--tools",
+            tools,
+            "--allowedTools",
+            tools,
+            "--permission-mode",
+            "acceptEdits",
+            "--max-turns",
+            str(settings.max_turns),
+            "--",
+            prompt,
+        ]
+        return Invocation(tuple(argv), cli_env, secret_names)
+
+    def translator(self, settings: CliSettings, events: EventSink) -> Translator:
+        return ClaudeTranslator(events)
+
+    def posture(self, settings: CliSettings) -> dict[str, Any]:
+        return {
+            "os_sandbox": None,
+            "permission_mode": "acceptEdits",
+            "tools": list(settings.tools),
+            "max_turns": settings.max_turns,
+            "config": "hermetic (own CLAUDE_CONFIG_DIR, user settings source only, strict "
+            "MCP config, no session persistence)",
+            "note": "Bash runs without an OS sandbox; the runner's audit and source "
+            "snapshot are the guard"
+            if "Bash" in settings.tools
+            else None,
+            "api_key": f"${settings.api_key_env}" if settings.api_key_env else None,
+        }
+
+
+def from_arg(
+    arg: str | None,
+    *,
+    base_dir: Path | None = None,
+    source_dir: Path | None = None,
+    name: str = CliKind.CLAUDE.value,
+    **_context: object,
+) -> CliAgent:
+    """The registry's factory: `claude-cli[:OPTIONS]` (see `settings`)."""
+    settings = resolve(
+        CliKind.CLAUDE,
+        arg,
+        source_dir=source_dir,
+        config_name=name if name != CliKind.CLAUDE.value else None,
+    )
+    program = preflight_program(settings)
+    preflight_key(settings)
+    return CliAgent(ClaudeFlavor(), settings, program=program)

@@ -1,0 +1,136 @@
+"""`codex-cli`: OpenAI's Codex CLI (`codex exec --json`), hermetic.
+
+The command line is the one verified against local servers (DESIGN.md): JSON events,
+no session files, no user config or rules, a provider of our own speaking the Responses
+API with bounded retries, approvals never asked, Codex's `workspace-write` sandbox by
+default, plugins and unbounded connection retries disabled, analytics off. `CODEX_HOME`
+is a fresh directory under the workspace's private HOME; `TMPDIR` (the workspace's tmp
+dir) does not contain it. stdin is /dev/null (Codex reads stdin when it is not a TTY).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from code_runner.agents.cli_agents.agent import (
+    CliAgent,
+    Invocation,
+    preflight_key,
+    preflight_program,
+)
+from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
+from code_runner.agents.cli_agents.translate import CodexTranslator, Translator
+from code_runner.events import EventSink
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+PROVIDER = "code_runner"
+
+
+def _toml_inline(table: Mapping[str, object]) -> str:
+    """A TOML inline table; JSON strings, ints and bools are valid TOML values."""
+    parts = []
+    for key, value in table.items():
+        shown = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+        parts.append(f"{key}={shown}")
+    return "{" + ",".join(parts) + "}"
+
+
+class CodexFlavor:
+    kind = CliKind.CODEX
+
+    def invocation(
+        self,
+        settings: CliSettings,
+        *,
+        program: str,
+        prompt: str,
+        prompt_file: Path,
+        workspace: Path,
+        round_index: int,
+        env: Mapping[str, str],
+        home: Path,
+    ) -> Invocation:
+        codex_home = home / ".codex-home"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        provider: dict[str, object] = {
+            "name": "code-runner",
+            "base_url": settings.base_url or DEFAULT_BASE_URL,
+            "wire_api": "responses",
+            "request_max_retries": settings.retries,
+            "stream_max_retries": settings.retries,
+        }
+        secret_names: tuple[str, ...] = ()
+        cli_env = {**env, "CODEX_HOME": str(codex_home), "NO_COLOR": "1"}
+        if settings.api_key_env:
+            provider["env_key"] = settings.api_key_env
+            cli_env[settings.api_key_env] = os.environ.get(settings.api_key_env, "")
+            secret_names = (settings.api_key_env,)
+        argv = [
+            program,
+            "exec",
+            "--json",
+            "--ephemeral",
+            "--skip-git-repo-check",
+            "--ignore-user-config",
+            "--ignore-rules",
+            "--color",
+            "never",
+            "-C",
+            str(workspace),
+            *(["-m", settings.model] if settings.model else []),
+            "-c",
+            f"model_provider={PROVIDER}",
+            "-c",
+            f"model_providers.{PROVIDER}={_toml_inline(provider)}",
+            "-c",
+            'approval_policy="never"',
+            "--sandbox",
+            settings.sandbox,
+            "--disable",
+            "plugins",
+            "--disable",
+            "unbounded_connection_retries",
+            "-c",
+            "analytics.enabled=false",
+            "--",
+            prompt,
+        ]
+        return Invocation(tuple(argv), cli_env, secret_names)
+
+    def translator(self, settings: CliSettings, events: EventSink) -> Translator:
+        return CodexTranslator(events)
+
+    def posture(self, settings: CliSettings) -> dict[str, Any]:
+        return {
+            "os_sandbox": f"codex {settings.sandbox}",
+            "approval_policy": "never",
+            "network": "the model provider only"
+            if settings.sandbox != "danger-full-access"
+            else "unrestricted",
+            "config": "hermetic (own CODEX_HOME, user config and rules ignored, ephemeral)",
+            "api_key": f"${settings.api_key_env}" if settings.api_key_env else None,
+        }
+
+
+def from_arg(
+    arg: str | None,
+    *,
+    base_dir: Path | None = None,
+    source_dir: Path | None = None,
+    name: str = CliKind.CODEX.value,
+    **_context: object,
+) -> CliAgent:
+    """The registry's factory: `codex-cli[:OPTIONS]` (see `settings`)."""
+    settings = resolve(
+        CliKind.CODEX,
+        arg,
+        source_dir=source_dir,
+        config_name=name if name != CliKind.CODEX.value else None,
+    )
+    program = preflight_program(settings)
+    preflight_key(settings)
+    return CliAgent(CodexFlavor(), settings, program=program)

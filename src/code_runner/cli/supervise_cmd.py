@@ -1,0 +1,246 @@
+"""`attach`, `stop` and `summarize`: watch, end and review supervised runs.
+
+`stop` works for every backend: it writes the record's stop file (the runner and the
+agent CLI supervisor poll for it) and sends SIGTERM to the runner's pid from
+status.json; the runner then ends the agent's process tree, releases the workspace and
+finishes the record (status `interrupted`, reason `stopped`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import psutil
+
+from code_runner import fsx, runs_summary
+from code_runner.cli import render
+from code_runner.cli.inspect_cmd import locate
+from code_runner.errors import EnvironmentProblem, RecordError, UsageError
+from code_runner.record import RecordPaths, utc_now
+
+_POLL_S = 0.2
+
+
+def _status(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RecordError(
+            f"{path} cannot be read as a run status ({exc}).",
+            fix="point at a run's output dir (where *.status.json is).",
+        ) from None
+    if not isinstance(data, dict) or "task_id" not in data:
+        raise RecordError(f"{path} is not a run status.", fix="point at a run's output dir.")
+    return data
+
+
+def _paths(status_path: Path, status: dict[str, Any]) -> RecordPaths:
+    return RecordPaths(status_path.parent, str(status["task_id"]))
+
+
+def _is_runner(pid: int) -> bool:
+    """True when `pid` is a live code-runner process (not a recycled pid)."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        command = " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+    return "code_runner" in command or "code-runner" in command
+
+
+def _alive(pid: object) -> bool:
+    return isinstance(pid, int) and psutil.pid_exists(pid)
+
+
+@click.command("stop")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, 3600),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for the run to finish its record (0: do not wait).",
+)
+@click.option("--json", "as_json", is_flag=True)
+def stop_command(run_dir: Path, wait_s: float, as_json: bool) -> int:
+    """End a running run cleanly from another terminal (any backend).
+
+    The agent's processes are killed, the workspace is released and the record is
+    finished with status `interrupted`, reason `stopped`. Exit 0 once it has finished,
+    124 if it is still finishing after --wait.
+    """
+    status_path, _ = locate(run_dir)
+    status = _status(status_path)
+    paths = _paths(status_path, status)
+    out = render.console(stderr=as_json)
+    if status.get("terminal"):
+        out.print(f"{status['task_id']}: already finished ({status.get('state')}); nothing to stop")
+        if as_json:
+            render.print_json({"stopped": False, "state": status.get("state")})
+        return 0
+    pid = status.get("pid")
+    if not _alive(pid):
+        raise EnvironmentProblem(
+            f"the run {status.get('run_id')} is not finished, but its process (pid {pid}) is "
+            "gone: it was killed.",
+            fix="run `code-runner gc` to remove its workspace and mark the record abandoned.",
+        )
+    fsx.atomic_write_json(
+        paths.stop_request, {"requested_at": utc_now(), "by_pid": os.getpid()}, durable=False
+    )
+    signalled = False
+    if isinstance(pid, int) and _is_runner(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+            signalled = True
+    out.print(
+        f"{status['task_id']}: stop requested"
+        + (f" (SIGTERM to pid {pid})" if signalled else " (the runner polls for it)")
+    )
+    deadline = time.monotonic() + wait_s
+    final = status
+    while wait_s and time.monotonic() < deadline:
+        final = _status(status_path)
+        if final.get("terminal"):
+            break
+        time.sleep(_POLL_S)
+    finished = bool(final.get("terminal"))
+    if as_json:
+        render.print_json(
+            {"stopped": finished, "signalled": signalled, "state": final.get("state")}
+        )
+    elif finished:
+        out.print(f"{status['task_id']}: {final.get('state')}; record at {paths.result}")
+    elif wait_s:
+        out.print(f"{status['task_id']}: still finishing after {wait_s:g} s")
+    return 0 if finished or not wait_s else 124
+
+
+def _tmux_info(paths: RecordPaths) -> dict[str, Any]:
+    try:
+        data = json.loads(paths.tmux_info.read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            f"the run of {paths.task_id} in {paths.output_dir} has no tmux session.",
+            fix="attach works for agent CLI runs started with --tmux (or CODE_RUNNER_TMUX=1); "
+            "use `code-runner watch` for any run.",
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise RecordError(
+            f"{paths.tmux_info} cannot be read ({exc}).", fix="check the path."
+        ) from None
+    if not isinstance(data, dict) or "socket" not in data:
+        raise RecordError(f"{paths.tmux_info} is not a tmux record.", fix="check the path.")
+    return data
+
+
+def _has_session(socket: str, session: str) -> bool:
+    if not Path(socket).exists():
+        return False
+    result = subprocess.run(
+        ["tmux", "-S", socket, "has-session", "-t", session],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=10,
+        check=False,
+    )
+    return result.returncode == 0
+
+
+@click.command("attach")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--read-only", is_flag=True, help="Watch without sending keys to the pane.")
+@click.option("--print", "print_only", is_flag=True, help="Print the tmux command and exit.")
+def attach_command(run_dir: Path, read_only: bool, print_only: bool) -> int:
+    """Watch an agent CLI run live in its tmux pane (runs started with --tmux).
+
+    Each round runs in a new session on the run's own tmux server; attach follows the
+    run from round to round until it ends or you detach (Ctrl-b d). `terminal.log`
+    beside the record holds everything the pane showed.
+    """
+    status_path, _ = locate(run_dir)
+    status = _status(status_path)
+    paths = _paths(status_path, status)
+    info = _tmux_info(paths)
+    socket, session = str(info["socket"]), str(info.get("session") or "agent")
+    argv = ["tmux", "-S", socket, "attach-session", "-t", session, *(["-r"] if read_only else [])]
+    if print_only:
+        click.echo(shlex.join(argv))
+        return 0
+    if status.get("terminal"):
+        raise UsageError(
+            f"the run of {paths.task_id} has finished ({status.get('state')}).",
+            fix=f"read what its pane showed in {paths.terminal_log}.",
+        )
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(
+            "attach needs a terminal (stdin and stdout are not one).",
+            fix=f"run it in a terminal, or follow {paths.terminal_log} with `tail -f`.",
+        )
+    while True:
+        if _has_session(socket, session):
+            # interactive: tmux takes over this terminal until the person detaches
+            subprocess.run(argv, check=False)
+            if _has_session(socket, session):
+                return 0  # detached; the run goes on
+        if _status(status_path).get("terminal"):
+            click.echo(f"{paths.task_id}: the run has finished; see {paths.result_md}")
+            return 0
+        time.sleep(_POLL_S)
+
+
+@click.command("summarize")
+@click.argument(
+    "runs_root", required=False, default=".", type=click.Path(path_type=Path, exists=False)
+)
+@click.option("--since", help="Only runs started at or after this date (2026-01-31, ISO time).")
+@click.option("--json", "as_json", is_flag=True)
+def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
+    """One line per run under RUNS_ROOT (default: .) and totals, for every backend.
+
+    Status is the normalized one (SUCCESS, PARTIAL, BLOCKED_NEEDS_DECISION, FAILED),
+    derived from evidence; `mismatch` counts where the worker's claim disagreed.
+    """
+    moment = runs_summary.parse_since(since) if since else None
+    lines, skipped = runs_summary.collect(runs_root, since=moment)
+    totals = runs_summary.totals(lines)
+    if as_json:
+        render.print_json(
+            {"runs": [line.to_dict() for line in lines], "totals": totals, "skipped": skipped}
+        )
+        return 0
+    out = render.console()
+    if not lines:
+        out.print(f"no runs under {runs_root}" + (f" since {since}" if since else ""))
+    for line in lines:
+        mismatch = f", {line.mismatches} mismatch(es)" if line.mismatches else ""
+        out.print(
+            f"{line.started_at[:19]:19} {line.status:22} {line.backend_name:11} "
+            f"{line.duration_s:8.1f} s  DoD {'pass' if line.dod_passed else 'fail'}  "
+            f"{line.task_id} ({line.reason}{mismatch})"
+        )
+    counts = ", ".join(f"{k} {v}" for k, v in totals["by_status"].items())
+    out.print(
+        f"{totals['runs']} run(s): {counts}; DoD passed {totals['dod_passed']}; "
+        f"runs with a mismatch {totals['runs_with_mismatch']}; "
+        f"total {totals['duration_s']:.1f} s"
+        + (f"; {skipped} other file(s) skipped" if skipped else "")
+    )
+    return 0
+
+
+__all__ = ["attach_command", "stop_command", "summarize_command"]
