@@ -20,8 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from code_runner import apply, dirs, fsx, gitx, journal, policy, runner, snapshot, verify
+from code_runner import apply, dirs, fsx, gitx, policy, runner, snapshot, verify
 from code_runner import workspace as workspace_mod
+from code_runner.apply import journal
 from code_runner.errors import ApplyRefused, RecordError, UsageError
 from code_runner.events import EventKind, EventSink
 from code_runner.record import TERMINAL_STATES, RecordPaths, RunState, utc_now

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from code_runner import apply, fsx, gitx, journal, policy, runner, snapshot
+from code_runner import apply, fsx, gitx, policy, runner, snapshot
 from code_runner import spec as spec_mod
+from code_runner.apply import journal
 from code_runner.events import ListSink
 from code_runner.record import RecordPaths
 from code_runner.spec import DefinitionOfDone
@@ -53,6 +54,7 @@ def matrix_repo(root: Path) -> Path:
             "data.bin": BINARY,
             "other.txt": "other\n",
             ".gitignore": "*.ignored\n",
+            "dod.py": DOD_SCRIPT,  # tracked: the workspace (and any sandbox) sees it too
         },
     )
     git(source, "config", "user.name", "Source User")
@@ -64,10 +66,8 @@ def matrix_repo(root: Path) -> Path:
     return source
 
 
-def dod_command(root: Path, predicate: str, *extra: str) -> str:
-    script = root / "dod.py"
-    script.write_text(DOD_SCRIPT)
-    return " ".join([PY, shlex.quote(str(script)), shlex.quote(predicate), *extra])
+def dod_command(predicate: str, *extra: str) -> str:
+    return " ".join([PY, "dod.py", shlex.quote(predicate), *extra])
 
 
 def run_complete(
@@ -86,7 +86,7 @@ def run_complete(
         source,
         [calls],
         allowlist=allowlist,
-        command=dod_command(root, predicate, *extra),
+        command=dod_command(predicate, *extra),
         **spec,
     )
     task = spec_mod.load_spec(path)
@@ -258,10 +258,14 @@ def test_a_forged_title_yields_one_line_and_only_the_runners_trailers(tmp_path: 
     assert result["status"] == "passed", result["error"]
     message = git(source, "log", "-1", "--format=%B")
     subject = message.split("\n", 1)[0]
-    assert subject == (
-        "Fix calc Signed-off-by: Mallory <m@evil> Co-authored-by: Eve <e@evil> "
-        "Code-Runner-DoD: passed gnp.exe tail"
-    )[: apply.TITLE_MAX_CHARS - 1].rstrip() + "…"
+    assert (
+        subject
+        == (
+            "Fix calc Signed-off-by: Mallory <m@evil> Co-authored-by: Eve <e@evil> "
+            "Code-Runner-DoD: passed gnp.exe tail"
+        )[: apply.TITLE_MAX_CHARS - 1].rstrip()
+        + "…"
+    )
     parsed = subprocess.run(
         ["git", "interpret-trailers", "--parse"],
         input=message,
@@ -499,15 +503,9 @@ def test_a_run_killed_during_the_source_dod_is_repaired_by_gc(tmp_path: Path) ->
         source,
         [[write("calc.py", FIXED_BOTH), write("pkg/new.py", "X = 1\n"), cmd("rm old.txt")]],
         allowlist=["calc.py", "pkg", "old.txt"],
-        command=dod_command(tmp_path, "True or 1", "--slow-if", str(slow)),
+        command=dod_command("'a * b' in open('calc.py').read()", "--slow-if", str(slow)),
         apply_to_source=True,
     )
-    # the workspace DoD must fail on base for the agent to run: gate on the change
-    spec = json.loads(spec_path.read_text())
-    spec["definition_of_done"]["command"] = dod_command(
-        tmp_path, "'a * b' in open('calc.py').read()", "--slow-if", str(slow)
-    )
-    spec_path.write_text(json.dumps(spec))
     proc = subprocess.Popen(
         [PY, "-m", "code_runner", "run", str(spec_path)],
         stdout=subprocess.DEVNULL,
@@ -533,9 +531,12 @@ def test_a_run_killed_during_the_source_dod_is_repaired_by_gc(tmp_path: Path) ->
     assert result["status"] == "abandoned"
     assert result["source_rollback_applied"] is True
     assert "repaired from the journal" in result["source_apply_error"]
-    assert "nothing to clean up" in subprocess.run(
-        [PY, "-m", "code_runner", "gc"], capture_output=True, text=True, timeout=120
-    ).stdout
+    assert (
+        "nothing to clean up"
+        in subprocess.run(
+            [PY, "-m", "code_runner", "gc"], capture_output=True, text=True, timeout=120
+        ).stdout
+    )
 
 
 def test_snapshot_after_commit_names_nothing_but_the_commit(tmp_path: Path) -> None:
@@ -556,3 +557,98 @@ def test_snapshot_after_commit_names_nothing_but_the_commit(tmp_path: Path) -> N
     diffs = snapshot.differences(pre, outcome.post)
     assert any("HEAD moved" in d for d in diffs)  # the raw comparison sees the commit ...
     assert all("status" not in d for d in diffs)  # ... and no change of status
+
+
+# --- a process that died mid-write or mid-commit: the journal is enough to repair ----------
+
+
+def _open_transaction(root: Path, source: Path, **kw: Any) -> Any:
+    """A patch-only run, then a transaction on its patch, entered but never exited."""
+    from code_runner.apply.plan import prepare
+    from code_runner.apply.transaction import Transaction
+
+    result = _patch_only(
+        root,
+        source,
+        [write("calc.py", FIXED_BOTH), write("pkg/sub/new.py", "X = 1\n"), cmd("rm old.txt")],
+        allowlist=["calc.py", "pkg", "old.txt"],
+        predicate="'a * b' in open('calc.py').read()",
+        extra=(),
+    )
+    req = _request(root, source, result, **kw)
+    tx = Transaction(req, prepare(req, snapshot.take(req.source)), ListSink())
+    return tx.__enter__()
+
+
+def _die(tx: Any) -> None:
+    """Make the journal's owner look dead (another process start time)."""
+    tx.journal.pid_started = 1.0
+    tx.journal.save()
+    journal.register(tx.journal)
+
+
+def test_a_write_killed_half_way_is_rolled_back_by_gc(tmp_path: Path) -> None:
+    from code_runner.apply import fs
+
+    source = matrix_repo(tmp_path)
+    before = source_state(source)
+    tx = _open_transaction(tmp_path, source)
+    # the process died after writing the new file and before touching the others, with a
+    # temp file of its next write already on disk
+    new_entry = next(e for e in tx.plan.entries if e.path == "pkg/sub/new.py")
+    fs.put_file(source, new_entry.path, tx.plan.target[new_entry.path], new_entry.after.mode,
+                tmp_name="unused.tmp")  # fmt: skip
+    index = [e.path for e in tx.plan.entries].index("calc.py")
+    (source / journal.tmp_name(tx.journal.token, index)).write_text("torn")
+    _die(tx)
+    assert source_state(source) != before
+    repairs = apply.repair_stale()
+    assert [r.action for r in repairs] == ["rolled back"]
+    assert source_state(source) == before
+    assert not (source / "pkg").exists()
+    assert json.loads(tx.journal.path.read_text())["phase"] == "repaired"
+    assert apply.repair_stale() == []  # the pointer is gone
+
+
+def test_a_commit_killed_before_the_index_update_is_finished_by_repair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from code_runner.apply import transaction
+
+    source = matrix_repo(tmp_path)
+    status_before = git(source, "status", "--porcelain=v1", "--untracked-files=all")
+    head_before = git(source, "rev-parse", "HEAD").strip()
+    tx = _open_transaction(tmp_path, source, commit=True)
+    tx.write()
+
+    def killed(*_a: object, **_k: object) -> None:
+        raise RuntimeError("killed between update-ref and the index update")
+
+    original = transaction.update_index
+    monkeypatch.setattr(transaction, "update_index", killed)
+    with pytest.raises(RuntimeError):
+        tx.commit_now()
+    monkeypatch.setattr(transaction, "update_index", original)
+    assert git(source, "rev-parse", "HEAD~1").strip() == head_before  # the ref moved ...
+    assert git(source, "status", "--porcelain=v1", "--untracked-files=all") != status_before
+    _die(tx)
+    repairs = apply.repair_stale()
+    assert [r.action for r in repairs] == ["finished the commit"]
+    assert git(source, "status", "--porcelain=v1", "--untracked-files=all") == status_before
+
+
+def test_a_path_changed_after_the_crash_stops_the_repair(tmp_path: Path) -> None:
+    source = matrix_repo(tmp_path)
+    tx = _open_transaction(tmp_path, source)
+    tx.write()
+    (source / "calc.py").write_text("# the user fixed it by hand after the crash\n")
+    _die(tx)
+    repairs = apply.repair_stale()
+    assert [r.action for r in repairs] == ["needs you"]
+    assert "calc.py" in repairs[0].detail
+    assert (source / "calc.py").read_text() == "# the user fixed it by hand after the crash\n"
+    assert (source / "pkg/sub/new.py").exists()  # nothing was half-repaired
+    gc = subprocess.run(
+        [PY, "-m", "code_runner", "gc"], capture_output=True, text=True, timeout=120
+    )
+    assert gc.returncode == 3 and "needs you" in gc.stdout

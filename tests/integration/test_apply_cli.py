@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from code_runner import fsx
 from tests.conftest import git
@@ -19,6 +22,22 @@ from tests.integration.test_apply import (
 )
 
 PREDICATE = "'a * b' in open('calc.py').read()"
+
+
+class Invoked:
+    def __init__(self, code: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = code, stdout, stderr
+
+
+def invoke(capsys: pytest.CaptureFixture[str], *argv: str) -> Invoked:
+    """The CLI in this process (same error boundary as the console script), for speed."""
+    from code_runner.cli.boundary import run_cli as boundary_run
+    from code_runner.cli.main import cli
+
+    capsys.readouterr()
+    code = boundary_run(cli, list(argv))
+    out = capsys.readouterr()
+    return Invoked(code, out.out, out.err)
 
 
 def finished_run(root: Path, **kw: Any) -> tuple[Path, Path, dict[str, Any]]:
@@ -82,10 +101,12 @@ def test_check_then_commit_with_author_then_refuse_a_second_decision(tmp_path: P
     assert reject.returncode == 2 and "already applied" in reject.stderr
 
 
-def test_source_dod_failure_via_cli_rolls_back_and_exits_1(tmp_path: Path) -> None:
+def test_source_dod_failure_via_cli_rolls_back_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source, out, _ = finished_run(tmp_path, extra=("--fail-in-source",))
     before = source_state(source)
-    proc = run_cli("apply", str(out), "--commit")
+    proc = invoke(capsys, "apply", str(out), "--commit")
     assert proc.returncode == 1, proc.stderr
     assert "rolled back" in proc.stdout and "DoD failed in the source" in proc.stdout
     assert source_state(source) == before
@@ -94,52 +115,58 @@ def test_source_dod_failure_via_cli_rolls_back_and_exits_1(tmp_path: Path) -> No
     assert "decision" not in record
 
 
-def test_a_tampered_or_incomplete_record_is_refused(tmp_path: Path) -> None:
+def test_a_tampered_or_incomplete_record_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source, out, _ = finished_run(tmp_path)
     before = source_state(source)
     patch = out / "fix-calc.patch"
     original = patch.read_bytes()
     patch.write_bytes(original.replace(b"a * b", b"a ** b"))
     for argv in (["apply", str(out)], ["apply", str(out), "--check"], ["reject", str(out)]):
-        proc = run_cli(*argv)
+        proc = invoke(capsys, *argv)
         assert proc.returncode == 5, proc.stderr
         assert "does not match the digest" in proc.stderr and "Traceback" not in proc.stderr
     patch.write_bytes(original)
     status = out / "fix-calc.status.json"
     saved = status.read_text()
     status.unlink()
-    proc = run_cli("apply", str(out))
+    proc = invoke(capsys, "apply", str(out))
     assert proc.returncode == 5 and "incomplete" in proc.stderr
     status.write_text(saved.replace('"passed"', '"agent"'))
-    proc = run_cli("reject", str(out))
+    proc = invoke(capsys, "reject", str(out))
     assert proc.returncode == 5 and "not the finished state" in proc.stderr
     assert source_state(source) == before
-    assert run_cli("apply", str(tmp_path / "nowhere")).returncode == 2
+    assert invoke(capsys, "apply", str(tmp_path / "nowhere")).returncode == 2
 
 
-def test_reject_marks_the_record_and_apply_then_refuses(tmp_path: Path) -> None:
+def test_reject_marks_the_record_and_apply_then_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source, out, _ = finished_run(tmp_path)
     before = source_state(source)
-    proc = run_cli("reject", str(out), "--reason", "not what I wanted")
+    proc = invoke(capsys, "reject", str(out), "--reason", "not what I wanted")
     assert proc.returncode == 0, proc.stderr
     record = json.loads((out / "fix-calc.result.json").read_text())
     assert record["decision"] == "rejected" and record["decision_reason"] == "not what I wanted"
     events = fsx.read_jsonl(out / "fix-calc.events.jsonl")
     assert events[-1]["kind"] == "run_rejected"
-    assert "already rejected" in run_cli("reject", str(out)).stdout
-    proc = run_cli("apply", str(out))
+    assert "already rejected" in invoke(capsys, "reject", str(out)).stdout
+    proc = invoke(capsys, "apply", str(out))
     assert proc.returncode == 2 and "rejected" in proc.stderr
     assert source_state(source) == before
 
 
-def test_head_moved_conflict_and_bad_author_exit_cleanly(tmp_path: Path) -> None:
+def test_head_moved_conflict_and_bad_author_exit_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source, out, _ = finished_run(tmp_path)
-    bad = run_cli("apply", str(out), "--commit", "--author", "no email here")
+    bad = invoke(capsys, "apply", str(out), "--commit", "--author", "no email here")
     assert bad.returncode == 2 and "Name <email>" in bad.stderr
     (source / "calc.py").write_text("def add(a, b):\n    return b + a\n")
     git(source, "commit", "-q", "-am", "upstream rewrote calc.py")
     before = source_state(source)
-    proc = run_cli("apply", str(out), "--check")
+    proc = invoke(capsys, "apply", str(out), "--check")
     assert proc.returncode == 3, proc.stderr
     assert "HEAD moved since the run" in proc.stderr and "does not apply" in proc.stderr
     assert source_state(source) == before
@@ -185,3 +212,32 @@ def test_an_apply_killed_during_the_dod_is_repaired_by_the_next_apply(tmp_path: 
     assert git(source, "status", "--porcelain=v1", "--untracked-files=all") == before["status"]
     kinds = [e["kind"] for e in fsx.read_jsonl(out / "fix-calc.events.jsonl")]
     assert "apply_repaired" in kinds and kinds[-1] == "apply_finished"
+
+
+def test_sigterm_during_the_source_dod_rolls_back_and_exits_130(tmp_path: Path) -> None:
+    import psutil
+
+    slow = tmp_path / "slow.flag"
+    source, out, _ = finished_run(tmp_path, extra=("--slow-if", str(slow)))
+    before = source_state(source)
+    slow.write_text("")
+    proc = subprocess.Popen(
+        [PY, "-m", "code_runner", "apply", str(out), "--commit"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_phase(out / "fix-calc.apply.json", "verifying")
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert source_state(source) == before
+    assert json.loads((out / "fix-calc.apply.json").read_text())["phase"] == "rolled_back"
+    record = json.loads((out / "fix-calc.result.json").read_text())
+    assert record["source_rollback_applied"] is True
+    assert "interrupted" in record["source_apply_error"]
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if "--slow-if" in (p.info["cmdline"] or [])
+    ]
+    assert leftovers == []

@@ -1,0 +1,135 @@
+"""Repairing an apply whose process died: from its journal, back to a whole state.
+
+The commit had landed -> finish it (the user's index entries for the committed paths).
+Otherwise -> put every journaled path back. A path someone changed since (neither its prior
+nor its target state) stops the repair: it is reported, never overwritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from code_runner import fsx, gitx, workspace
+from code_runner.apply import journal
+from code_runner.apply.commit import commit_landed, update_index
+from code_runner.apply.journal import Journal, Phase, apply_lock
+from code_runner.errors import CodeRunnerError
+from code_runner.events import EventKind, EventSink
+from code_runner.record import RecordPaths, utc_now
+
+
+@dataclass(frozen=True)
+class Repair:
+    journal: str
+    run_id: str
+    source: str
+    phase: str
+    action: str  # "rolled back", "finished the commit", "closed", "needs you", "would repair"
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+def repair(path: Path, *, sink: EventSink | None = None, dry_run: bool = False) -> Repair:
+    """Bring a dead apply's source back to a whole state: the commit landed -> finish it,
+    otherwise -> put every journaled path back. Paths someone changed since are left alone
+    and reported."""
+    j = Journal.load(path)
+    base = {"journal": str(path), "run_id": j.run_id, "source": j.work_tree, "phase": str(j.phase)}
+    if not j.is_open:
+        return Repair(**base, action="closed")
+    if dry_run:
+        return Repair(**base, action="would repair")
+    from code_runner.cleanup import kill_run_processes  # cleanup imports this module
+
+    kill_run_processes(j.run_id)  # a DoD still running must not write while we restore
+    others = journal.foreign(j)
+    if others:
+        note = "paths changed by someone else since: " + ", ".join(others)
+        return Repair(**base, action="needs you", detail=note + f"; prior copies: {j.prior_dir}")
+    source = gitx.Repo(Path(j.git_dir), Path(j.work_tree))
+    source = gitx.Repo(source.git_dir, source.work_tree, gitx.filter_overrides(source))
+    head = commit_landed(source, j.head_before, j.tree) if j.phase is Phase.COMMITTING else None
+    if head is not None:
+        update_index(source, head, tuple(e.path for e in j.entries))
+        j.commit = head
+        j.move_to(Phase.REPAIRED, f"repair: the commit {head} had landed; index updated")
+        action = "finished the commit"
+    else:
+        kept = journal.restore(j)
+        wrong = journal.differing(j, "before")
+        if wrong:
+            return Repair(**base, action="needs you", detail=f"could not restore: {wrong}")
+        j.move_to(Phase.REPAIRED, "repair: rolled back from the journal")
+        action = "rolled back" + (f" (kept non-empty dirs {kept})" if kept else "")
+    journal.unregister(j.run_id)
+    if sink is not None:
+        sink.emit(EventKind.APPLY_REPAIRED, journal=str(path), action=action, phase=base["phase"])
+    _note_repair_in_result(j, action)
+    return Repair(**base, action=action)
+
+
+def _note_repair_in_result(j: Journal, action: str) -> None:
+    """Record the repair in the run's events and result (when the result exists)."""
+    record = RecordPaths(j.path.parent, j.task_id)
+    fsx.append_jsonl(
+        record.events,
+        {"ts": utc_now(), "run_id": j.run_id, "kind": EventKind.APPLY_REPAIRED.value,
+         "journal": str(j.path), "action": action},
+    )  # fmt: skip
+    try:
+        result = json.loads(record.result.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(result, dict):
+        return
+    rolled_back = action.startswith("rolled back")
+    result.update(
+        source_rollback_applied=rolled_back or bool(result.get("source_rollback_applied")),
+        source_commit=j.commit if not rolled_back else result.get("source_commit"),
+        source_apply_error=(result.get("source_apply_error") or "the apply was interrupted")
+        + f"; repaired from the journal: {action}",
+    )
+    fsx.atomic_write_json(record.result, result)
+
+
+def repair_stale(
+    *,
+    source_git_dir: str | None = None,
+    sink: EventSink | None = None,
+    dry_run: bool = False,
+    locked: bool = False,
+) -> list[Repair]:
+    """Repair every registered apply whose process is gone (for one source, or all).
+
+    `locked`: the caller already holds the apply lock of `source_git_dir`.
+    """
+    done: list[Repair] = []
+    for pointer, data in journal.registered():
+        if source_git_dir is not None and data.get("git_dir") != source_git_dir:
+            continue
+        if workspace.lease_is_live(data):
+            continue
+        path = Path(data["journal"])
+        if not path.exists():
+            if not dry_run:
+                pointer.unlink(missing_ok=True)
+            continue
+        try:
+            if locked or dry_run:
+                done.append(repair(path, sink=sink, dry_run=dry_run))
+            else:
+                with apply_lock(Path(str(data.get("git_dir")))):
+                    done.append(repair(path, sink=sink))
+        except CodeRunnerError as exc:
+            done.append(
+                Repair(str(path), str(data.get("run_id")), "", "?", "needs you", exc.render())
+            )
+            continue
+        if done[-1].action == "closed" and not dry_run:
+            pointer.unlink(missing_ok=True)
+    return done
