@@ -200,6 +200,7 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each SSE event leaves at once, as from a real server
     scripted: ScriptedServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -285,12 +286,19 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.event_delay_s and self.scripted._wait(reply.event_delay_s):
                 self._drop()
                 return
-            self._chunk(event.encode())
+            last = number == len(events) - 1
+            # the end of the body goes out with the last event, as real servers send it, so
+            # a client that stops reading at [DONE] has read a complete response (and can
+            # keep the connection)
+            self._chunk(event.encode(), end=last)
+            if last:
+                return
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+    def _chunk(self, data: bytes, *, end: bool = False) -> None:
+        tail = b"0\r\n\r\n" if end else b""
+        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n" + tail)
         self.wfile.flush()
 
     def _drop(self) -> None:
