@@ -54,10 +54,20 @@ def test_bug_fixed_over_two_rounds(
         Turn(tool_calls=[write("calc.py", FIXED_BOTH)], argument_chunk_chars=1),
         Turn(content="Fixed mul too."),
     )
-    run = model_task(tmp_path, server, monkeypatch, max_rounds=2)
+    settings = {
+        "headers": {"X-Team": "compilers"},
+        "extra_body": {"temperature": 0, "seed": 7},
+        "max_tokens": 512,
+        "tool_choice": "required",
+    }
+    run = model_task(tmp_path, server, monkeypatch, max_rounds=2, backend_settings=settings)
     assert run.run() == 0
     result = run.result()
     assert (result["status"], result["reason"], result["rounds"]) == ("passed", "dod_passed", 2)
+    request = server.stream_requests()[0]
+    assert request.headers["x-team"] == "compilers"
+    assert (request.body["temperature"], request.body["seed"]) == (0, 7)
+    assert (request.body["max_tokens"], request.body["tool_choice"]) == (512, "required")
     assert b"return a * b" in run.patch() and b"return a + b" in run.patch()
     first, _, third, _ = bodies(server)
     assert "round 1 of at most 2" in first["messages"][1]["content"]
@@ -86,16 +96,24 @@ def test_bug_fixed_over_two_rounds(
     assert no_workspaces()
 
 
+@pytest.mark.parametrize(
+    ("cut_after", "message"),
+    [(2, "without a terminal chunk"), (0, "the stream was empty")],
+)
 def test_stream_without_terminal_chunk_is_a_failure(
-    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    server: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    cut_after: int,
+    message: str,
 ) -> None:
     # a well-formed HTTP body that stops after the role chunk and the tool-call header
-    server.add(Reply(Turn(tool_calls=[write("calc.py", FIXED_BOTH)]), cut_after=2))
+    server.add(Reply(Turn(tool_calls=[write("calc.py", FIXED_BOTH)]), cut_after=cut_after))
     run = model_task(tmp_path, server, monkeypatch, backend_settings={"retries": 0})
     assert run.run() == 1
     result = run.result()
     assert result["reason"] == "agent_error"
-    assert "without a terminal chunk" in result["error"]
+    assert message in result["error"]
     assert result["patch_bytes"] == 0  # the half-received call was never executed
     assert not any(e["kind"] == "tool_call" and e["name"] == "write_file" for e in run.events())
 
@@ -128,6 +146,19 @@ def test_http_400_is_not_retried_and_its_message_is_shown(
     assert result["reason"] == "agent_error"
     assert "HTTP 400: The model `scripted-model` does not support tools" in result["error"]
     assert "does not support tools" in capsys.readouterr().err
+
+
+def test_send_max_tokens_false_leaves_it_out(
+    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.add(Turn(tool_calls=[write("calc.py", FIXED_BOTH)]), Turn(content="done"))
+    settings = {"max_tokens": 512, "send_max_tokens": False, "include_usage": False}
+    run = model_task(tmp_path, server, monkeypatch, backend_settings=settings)
+    assert run.run() == 0
+    body = server.stream_requests()[0].body
+    assert "max_tokens" not in body and "stream_options" not in body
+    usage = run.result()["round_details"][1]["agent_usage"]
+    assert usage["usage_reported"] is False and usage["total_tokens"] == 0
 
 
 def test_429_with_retry_after_then_success(
