@@ -5,6 +5,9 @@ rounds, DoD, record)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -378,3 +381,28 @@ def test_the_key_never_reaches_a_tool_process(
     for path in run.out.iterdir():
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path.name
+
+
+def test_sigterm_during_a_stalled_model_call_ends_the_run_cleanly(
+    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.add(Reply(Turn(tool_calls=[write("calc.py", FIXED_BOTH)]), stall_after=1, stall_s=60))
+    run = model_task(tmp_path, server, monkeypatch, backend_settings={"request_timeout_s": 60})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "code_runner", "run", str(run.spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not server.stream_requests() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # inside the stalled stream now
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    result = run.result()
+    assert (result["status"], result["reason"]) == ("interrupted", "interrupted")
+    assert result["worktree_removed"] is True and no_workspaces()
+    assert [e["kind"] for e in run.transcript()][-1] == "stop"  # written in `finally`
