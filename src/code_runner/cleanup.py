@@ -18,6 +18,7 @@ import psutil
 from code_runner import apply, fsx, workspace
 from code_runner.events import EventKind
 from code_runner.record import SCHEMA_VERSION, TERMINAL_STATES, RunState, utc_now
+from code_runner.sandbox.cgroups import remove_leftovers
 
 RUN_ID_ENV = "CODE_RUNNER_RUN_ID"  # set in every agent command and DoD by the runner
 
@@ -114,6 +115,7 @@ def collect(*, dry_run: bool = False, stale_after_s: float = 60.0) -> list[Remov
         if not dry_run:
             killed = kill_run_processes(left.run_id)
             workspace.force_rmtree(left.root)
+            remove_leftovers(left.run_id)  # the run's sandbox cgroups, if it had any
             if left.output_dir:
                 marked = _mark_abandoned(Path(left.output_dir), left.run_id, left.reason)
         removed.append(Removed(str(left.root), left.run_id, left.reason, marked, killed))

@@ -38,6 +38,7 @@ from code_runner.record import (
     RunState,
     hunk_markdown,
 )
+from code_runner.sandbox import Decision, Session, decide, open_session
 from code_runner.spec import TaskSpec, spec_to_request
 from code_runner.tools import Toolbox
 
@@ -64,6 +65,7 @@ class Preflight:
     base: str
     agent: Agent
     warnings: tuple[str, ...] = ()
+    sandbox: Decision | None = None  # None: no sandbox was considered (as with `off`)
 
 
 @dataclass
@@ -120,7 +122,17 @@ def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
             f"output_dir {output} cannot be created: {probe} is not writable.",
             fix="choose an output_dir you can write to.",
         )
-    return Preflight(spec=spec, source=source, base=base, agent=agent, warnings=tuple(warnings))
+    decision = decide(spec.sandbox)  # `required` without a working sandbox stops here
+    if not decision.use and decision.probe is not None:
+        warnings.append(f"no OS sandbox: {decision.reason}")
+    return Preflight(
+        spec=spec,
+        source=source,
+        base=base,
+        agent=agent,
+        warnings=tuple(warnings),
+        sandbox=decision,
+    )
 
 
 def command_env(ws: workspace.Workspace) -> dict[str, str]:
@@ -206,6 +218,7 @@ class TaskRun:
         self.patch_info: dict[str, Any] = {}
         self.violations: list[str] = []
         self.dropped: list[dict[str, object]] = []
+        self.sandbox: Session | None = None  # the OS sandbox around commands and the DoD
         self.last_response = ""  # the agent's final text of the last round (its RESULT block)
         self.stopping = False  # a stop request is being honoured; further signals wait
         self.applied: apply.ApplyOutcome | None = None  # complete-task mode only
@@ -214,12 +227,14 @@ class TaskRun:
 
     def _rounds(self, ws: workspace.Workspace) -> None:
         spec = self.spec
+        self._open_sandbox(ws)
         toolbox = Toolbox(
             ws.work_tree,
             allowlist=spec.allowlist_policy,
             source_dir=ws.source_dir,
             env=command_env(ws),
             events=self.record,
+            wrap_argv=self.sandbox.wrap if self.sandbox else None,
         )
         git_before = workspace.git_state(ws)
         self.record.transition(RunState.BASELINE, step="round 0: is the DoD already satisfied?")
@@ -275,6 +290,7 @@ class TaskRun:
             self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
             self.tree = ""  # unknown until the audited state is written as a tree
             audit = workspace.audit(ws, spec.allowlist_policy, git_before)
+            self._hand_over()  # files the audit restored are root's until handed back
             self.record.emit(EventKind.AUDIT, **audit.to_dict())
             if audit.rejected:
                 self.dropped.extend(r.to_dict() | {"round": index} for r in audit.rejected)
@@ -310,6 +326,7 @@ class TaskRun:
                 details["kept"] = True
             elif tree != self.best.tree:
                 workspace.restore_tree(ws, self.best.tree)
+                self._hand_over()
                 self.tree = self.best.tree
                 self.record.emit(
                     EventKind.BEST_RESTORED,
@@ -369,12 +386,15 @@ class TaskRun:
         if remaining < dod.timeout_s:
             dod = dod.model_copy(update={"timeout_s": remaining})
         self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
+        if self.sandbox is None:
+            _empty_scratch(ws)
         verdict = verify.run_dod(
             dod,
             cwd=ws.work_tree,
             env=command_env(ws),
             log_path=self.record.paths.verifier_log,
             label=label,
+            wrap_argv=self.sandbox.wrap if self.sandbox else None,
         )
         self.record.emit(
             EventKind.DOD_FINISHED,
@@ -384,6 +404,46 @@ class TaskRun:
             reason=verdict.reason,
         )
         return verdict
+
+    # --- the OS sandbox -----------------------------------------------------------------
+
+    def _open_sandbox(self, ws: workspace.Workspace) -> None:
+        """Start the sandbox session preflight decided on: hand over the tree, cgroups."""
+        decision = self.pre.sandbox
+        if decision is None or not decision.use:
+            return
+        spec = self.spec
+        self.sandbox = open_session(
+            ws,
+            env=command_env(ws),
+            network=spec.network,
+            limits=spec.limits,
+            cpu_s=spec.limits.cpu_s or max(1, round(spec.timeout_s + 0.5)),
+            name=self.run_id,
+        )
+        self.sandbox.open()
+
+    def _hand_over(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.hand_over()
+
+    def _close_sandbox(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+
+    def _sandbox_posture(self) -> dict[str, Any]:
+        """result.json's `sandbox`: bwrap or none, the mode, why, and what it enforced."""
+        decision = self.pre.sandbox
+        posture: dict[str, Any] = (
+            decision.posture()
+            if decision is not None
+            else {"kind": "none", "mode": "off", "reason": "no sandbox was considered"}
+        )
+        if self.sandbox is not None:
+            posture.update(self.sandbox.posture())
+        else:
+            posture["network"] = "unrestricted (no sandbox)"
+        return posture
 
     # --- export ------------------------------------------------------------------------
 
@@ -547,6 +607,7 @@ class TaskRun:
                         record.transition(RunState.RELEASING, step="release workspace")
                 before = before_job.result()
                 after_job = pool.submit(snapshot.take, self.pre.source)
+                self._close_sandbox()
                 if self.ws is not None:
                     released = workspace.release(self.ws)
                     record.emit(EventKind.WORKSPACE_RELEASED, removed=released)
@@ -632,6 +693,7 @@ class TaskRun:
             "source_differences": diffs,
             "safety_violations": self.violations,
             "dropped_changes": self.dropped,
+            "sandbox": self._sandbox_posture(),
             "round_details": self.rounds,
             "apply_to_source": spec.apply_to_source,
             **self._apply_fields(),
@@ -658,6 +720,22 @@ class TaskRun:
                 else {}
             ),
         }
+
+
+def _empty_scratch(ws: workspace.Workspace) -> None:
+    """Empty the commands' HOME and TMPDIR before a DoD run without the sandbox.
+
+    Nothing an agent's command left there (a `usercustomize.py` under ~/.local, a git or
+    pip config) may steer the verdict; inside the sandbox both are a fresh tmpfs anyway.
+    """
+    for scratch in (ws.home_dir, ws.tmp_dir):
+        if not scratch.is_dir() or scratch.is_symlink():
+            continue
+        for entry in list(scratch.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                workspace.force_rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def _iso(moment: datetime) -> str:

@@ -379,6 +379,28 @@ def audit(ws: Workspace, allowlist: policy.Allowlist, before: GitState) -> Audit
     return Audit(tuple(allowed), tuple(rejected), tuple(violations))
 
 
+def walk(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk` (top-down, prunable, symlinks not followed) without recursion.
+
+    Python 3.11's `os.walk` recurses once per level, so an agent's 2,000-deep directory
+    chain would crash the audit; this keeps an explicit stack instead.
+    """
+    stack = [str(top)]
+    while stack:
+        here = stack.pop()
+        dirnames: list[str] = []
+        filenames: list[str] = []
+        try:
+            with os.scandir(here) as entries:
+                for entry in entries:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    (dirnames if is_dir else filenames).append(entry.name)
+        except OSError:
+            continue
+        yield here, dirnames, filenames
+        stack.extend(os.path.join(here, name) for name in reversed(dirnames))
+
+
 def _remove_dot_git_entries(ws: Workspace) -> list[tuple[str, str]]:
     """Remove nested repositories and every `.git`-like entry but the root's pointer file.
 
@@ -387,7 +409,7 @@ def _remove_dot_git_entries(ws: Workspace) -> list[tuple[str, str]]:
     (path, reason) for each removal.
     """
     removed: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(ws.work_tree):
+    for dirpath, dirnames, filenames in walk(ws.work_tree):
         here = Path(dirpath)
         if here != ws.work_tree and (".git" in dirnames or ".git" in filenames):
             # a nested repository: its git dir goes, its files are judged like any other
@@ -555,7 +577,11 @@ def force_rmtree(path: Path) -> None:
     if path.is_symlink():
         path.unlink()
         return
-    shutil.rmtree(path, onerror=onerror)
+    try:
+        shutil.rmtree(path, onerror=onerror)
+    except RecursionError:  # a directory chain deeper than Python's stack: rm has no limit
+        for argv in (["chmod", "-R", "u+rwx", "--", str(path)], ["rm", "-rf", "--", str(path)]):
+            proc.capture(argv, cwd=None, env={"PATH": "/usr/bin:/bin"}, timeout_s=300)
 
 
 def release(ws: Workspace) -> bool:

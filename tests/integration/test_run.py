@@ -167,7 +167,12 @@ def test_files_planted_by_commands_are_gone_before_the_dod(tmp_path: Path) -> No
         f"open('conftest.py', 'w').write({planted!r})\n"
         "open('test_calc.py', 'a').write('\\ndef test_extra():\\n    pass\\n')\n"
     )
-    spec = write_task(tmp_path, source, [[cmd(f"{PY} {script_py}"), write("calc.py", FIXED_ADD)]])
+    spec = write_task(
+        tmp_path,
+        source,
+        [[cmd(f"{PY} {script_py}"), write("calc.py", FIXED_ADD)]],
+        sandbox="off",  # the script is a host file; the audit is what is under test
+    )
     proc = run_cli("run", str(spec))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = load_result(tmp_path / "out")
@@ -228,7 +233,7 @@ def test_commands_cannot_change_the_source(tmp_path: Path) -> None:
             write("calc.py", FIXED_BOTH),
         ]
     ]
-    spec = write_task(tmp_path, source, rounds)
+    spec = write_task(tmp_path, source, rounds, sandbox="off")  # the policy's test
     proc = run_cli("run", str(spec))
     assert proc.returncode == 0, proc.stderr
     events = fsx.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")
@@ -245,7 +250,7 @@ def test_an_obfuscated_write_to_the_source_fails_the_run(tmp_path: Path) -> None
     target = source / "calc.py"
     encoded = __import__("base64").b64encode(str(target).encode()).decode()
     rounds = [[cmd(f'echo pwned > "$(echo {encoded} | base64 -d)"'), write("calc.py", FIXED_BOTH)]]
-    spec = write_task(tmp_path, source, rounds)
+    spec = write_task(tmp_path, source, rounds, sandbox="off")  # the snapshot's
     proc = run_cli("run", str(spec))
     assert proc.returncode == 4, proc.stderr
     assert "source repo changed" in proc.stderr
@@ -284,14 +289,12 @@ def _wait_for(predicate, timeout: float = 60) -> None:  # type: ignore[no-untype
     raise AssertionError("condition not reached")
 
 
-def _start_slow_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+def _start_slow_run(
+    tmp_path: Path, sandbox: str = "auto"
+) -> tuple[subprocess.Popen[str], Path, Path]:
     source = calc_repo(tmp_path)
-    marker = tmp_path / "agent-started"
-    spec = write_task(
-        tmp_path,
-        source,
-        [[cmd(f"touch {marker}; sleep 60")]],
-    )
+    events = tmp_path / "out/fix-calc.events.jsonl"  # the agent has started: its call is in
+    spec = write_task(tmp_path, source, [[cmd("sleep 60")]], sandbox=sandbox)
     proc = subprocess.Popen(
         [PY, "-m", "code_runner", "run", str(spec)],
         stdout=subprocess.PIPE,
@@ -299,12 +302,14 @@ def _start_slow_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
         text=True,
         env=os.environ.copy(),
     )
-    _wait_for(marker.exists)
-    return proc, source, marker
+    _wait_for(lambda: events.exists() and '"kind": "tool_call"' in events.read_text())
+    return proc, source, events
 
 
 def test_sigkill_mid_round_then_gc_leaves_nothing(tmp_path: Path) -> None:
-    proc, source, _ = _start_slow_run(tmp_path)
+    # sandboxed commands die with the runner (bwrap --die-with-parent); without the
+    # sandbox they outlive it, and gc is what must find and kill them
+    proc, source, _ = _start_slow_run(tmp_path, sandbox="off")
     before = fingerprint(source)
     assert not no_workspaces()
     sleepers = [

@@ -515,7 +515,7 @@ def test_run_goes_through_the_argv_seam(tmp_path: Path) -> None:
 def test_search_argv_is_exact() -> None:
     assert search_argv("--pre=./x.sh", "*.py", rg="/usr/bin/rg") == [
         "/usr/bin/rg", "--no-config", "--no-heading", "--line-number", "--color=never",
-        "--glob", "*.py", "-e", "--pre=./x.sh", "--", ".",
+        "--glob", "*.py", "--iglob", "!.git", "-e", "--pre=./x.sh", "--", ".",
     ]  # fmt: skip
     assert "--glob" not in search_argv("x", None)
 

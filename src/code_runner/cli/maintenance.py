@@ -49,6 +49,13 @@ def _agent_clis() -> dict[str, Any]:
     return cli_report()
 
 
+def _sandbox_report() -> dict[str, Any]:
+    """The sandbox probe's result and why, and which limits the machine can enforce."""
+    from code_runner.sandbox import probe
+
+    return probe().to_dict()
+
+
 def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
     tools = {name: {**_probe(argv), "why": why} for name, (argv, why) in _TOOLS.items()}
     state = dirs.state_dir()
@@ -62,6 +69,7 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
         "state_dir": str(state),
         "state_dir_writable": os.access(probe_dir, os.W_OK) if probe_dir.exists() else False,
         "subreaper": proc.become_subreaper(),
+        "sandbox": _sandbox_report(),
         "ok": tools["git"]["found"] and tools["rg"]["found"],
     }
 
@@ -106,6 +114,13 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
     for name, present in report["credentials"].items():
         out.print(f"{name}: {'set' if present else 'not set'}")
     out.print(f"state dir: {report['state_dir']}")
+    box = report["sandbox"]
+    works = "[green]works[/]" if box["ok"] else "[red]not available[/]"
+    out.print(f"sandbox: {works}: {box['reason']} [dim]({box['mode']})[/]")
+    if box["fix"]:
+        out.print(f"  fix: {box['fix']}")
+    for name, how in box["limits"].items():
+        out.print(f"  {name}: {how}")
     return 0 if report["ok"] else 3
 
 

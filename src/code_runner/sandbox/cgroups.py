@@ -180,3 +180,14 @@ class CgroupSet:
                 except OSError:
                     time.sleep(0.05)
         self.dirs = [d for d in self.dirs if d.exists()]
+
+
+def remove_leftovers(run_id: str) -> list[Path]:
+    """Remove the (empty) cgroups of a run that was killed before it could; for `gc`."""
+    removed: list[Path] = []
+    for placement in detect().placements:
+        here = placement.parent / f"code-runner-{run_id}"
+        with contextlib.suppress(OSError):
+            here.rmdir()
+            removed.append(here)
+    return removed

@@ -71,25 +71,24 @@ class Probe:
     duration_s: float = 0.0
 
     def limits_report(self) -> dict[str, str]:
-        """Which mechanism enforces each limit on this machine (for `doctor`)."""
+        """Which mechanism enforces each limit on this machine: cgroups, or only rlimits."""
         placements = self.cgroups.describe() if self.cgroups_usable else {}
-        pids = placements.get("pids", "")
-        memory = placements.get("memory", "")
-        own_uid = self.privileged
-        return {
+        used = {k: v for k, v in placements.items() if v.startswith("cgroup")}
+        if self.privileged:
+            processes = "rlimit (RLIMIT_NPROC of the run's own uid)"
+        else:
+            processes = "not limited (no writable cgroup; commands share the runner's uid)"
+        report = {
+            "enforced_by": f"cgroups ({', '.join(used)}) and rlimits" if used else "rlimits only",
             "file_size": "rlimit (RLIMIT_FSIZE, per file)",
             "cpu_time": "rlimit (RLIMIT_CPU, per process)",
-            "processes": pids
-            if pids.startswith("cgroup")
-            else "rlimit (RLIMIT_NPROC of the run's own uid)"
-            if own_uid
-            else "not limited (no writable cgroup; commands share the runner's uid)",
-            "memory": memory
-            if memory.startswith("cgroup")
-            else "rlimit (RLIMIT_AS, address space per process)",
-            "cgroups": self.cgroup_note
-            or "; ".join(f"{k}: {v}" for k, v in self.cgroups.describe().items()),
+            "processes": used.get("pids", processes),
+            "memory": used.get("memory", "rlimit (RLIMIT_AS, address space per process)"),
         }
+        if not used:
+            why = "; ".join(f"{k}: {v}" for k, v in self.cgroups.describe().items())
+            report["cgroups"] = self.cgroup_note or why
+        return report
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -246,11 +245,14 @@ class Decision:
         }
 
 
-def decide(mode: SandboxMode) -> Decision:
-    """auto: the sandbox if the probe passes; required: that or a PreflightError; off: none."""
+def decide(mode: SandboxMode, found: Probe | None = None) -> Decision:
+    """auto: the sandbox if the probe passes; required: that or a PreflightError; off: none.
+
+    `found` is a probe result to judge instead of this process's cached one.
+    """
     if mode is SandboxMode.OFF:
         return Decision(mode, False, "sandbox: off in the spec; commands run under the policy")
-    found = probe()
+    found = found or probe()
     if found.ok:
         return Decision(mode, True, found.reason, found)
     if mode is SandboxMode.REQUIRED:

@@ -17,6 +17,7 @@ ALL`. A runner that is not root needs only the single, unprivileged bwrap.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from code_runner.sandbox.limits import MIB, ResourceLimits, rlimit_argv
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 SANDBOX_HOME = "/tmp"  # noqa: S108 (a fresh tmpfs per command: HOME and TMPDIR)
+BWRAP_ENV = "CODE_RUNNER_BWRAP"
 SYSTEM_BIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Variables a sandboxed command may see (when the runner's command env has them).
@@ -76,8 +78,12 @@ class Programs:
 
     @classmethod
     def find(cls) -> Programs | None:
+        """System copies only (a PATH entry in the workspace must not stand in for them);
+        `CODE_RUNNER_BWRAP` names another bubblewrap binary."""
         where = SYSTEM_BIN_PATH
-        bwrap = shutil.which("bwrap", path=where)
+        override = os.environ.get(BWRAP_ENV)
+        bwrap = override if override and os.path.isabs(override) else None
+        bwrap = bwrap or shutil.which("bwrap", path=where)
         prlimit = shutil.which("prlimit", path=where)
         if bwrap is None or prlimit is None:
             return None

@@ -219,7 +219,7 @@ class Session:
         )
         return {
             "kind": "bwrap",
-            "network": self.network,
+            "network": "on" if self.network else "off",
             "uid_inside": SANDBOX_UID,
             "host_uid": self.identity.uid if self.identity else os.geteuid(),
             "limits": {

@@ -47,11 +47,15 @@ def command_argv(command: str) -> list[str]:
 
 
 def search_argv(pattern: str, glob: str | None, *, rg: str = "rg") -> list[str]:
-    """THE argv for `search_code`: no config file, no `--pre`, no `-L`, pattern after `-e`."""
+    """THE argv for `search_code`: no config file, no `--pre`, no `-L`, pattern after `-e`.
+
+    A `.git` entry (the pointer file, any nested git dir) is never searched, whatever the
+    glob asks for: the exclusion comes last, so it wins.
+    """
     argv = [rg, "--no-config", "--no-heading", "--line-number", "--color=never"]
     if glob:
         argv += ["--glob", glob]
-    return [*argv, "-e", pattern, "--", "."]
+    return [*argv, "--iglob", "!.git", "-e", pattern, "--", "."]
 
 
 def find_rg(env: Mapping[str, str]) -> str | None:
