@@ -124,6 +124,8 @@ def _transact(
         error = exc.render()
     except OSError as exc:
         error = f"{type(exc).__name__}: {exc}"
+    if tx.rollback_error:
+        error = (error or "") + f"; the rollback failed: {tx.rollback_error}"
     if tx.entered and tx.journal.is_open:
         error = (error or "") + (
             f"; the source may be half-applied: run `code-runner gc` to repair it from "
@@ -172,7 +174,7 @@ def _unexpected(
     """What changed in the source beyond what this apply may change. Empty is the goal."""
     if not tx.applied or tx.rolled_back:
         found = snapshot.differences(pre, post)
-        wrong = journal.differing(tx.journal, "before") if tx.applied else []
+        wrong = journal.differing(tx.journal, "before") if tx.entered else []
         return found + [f"{p} was not restored to its prior bytes" for p in wrong]
     paths = set(tx.plan.paths)
     expected = _without(pre, paths)

@@ -49,6 +49,7 @@ class Transaction:
             pid_started=workspace._process_start(os.getpid()),
         )
         self.entered = False
+        self.rollback_error: str | None = None  # a rollback that failed; gc retries it
         self.applied = False
         self.rolled_back = False
         self.commit: str | None = None
@@ -83,6 +84,9 @@ class Transaction:
             EventKind.APPLY_JOURNALED,
             journal=str(self.journal.path),
             paths=list(self.plan.paths),
+            head=self.plan.head,
+            base=self.plan.base,
+            head_moved=self.plan.head_moved,  # and the patch applies on it: prepare checked
         )
         return self
 
@@ -91,8 +95,10 @@ class Transaction:
             if self.journal.phase is Phase.COMMITTING and self._commit_landed():
                 self._finish_commit()
             else:
-                with contextlib.suppress(Exception):
+                try:
                     self.rollback(f"{type(exc).__name__}: {exc}")
+                except Exception as failed:  # reported; the journal stays open for `gc`
+                    self.rollback_error = f"{type(failed).__name__}: {failed}"
         if not self.journal.is_open:
             journal.unregister(self.req.run_id)
 
