@@ -652,3 +652,22 @@ def test_a_path_changed_after_the_crash_stops_the_repair(tmp_path: Path) -> None
         [PY, "-m", "code_runner", "gc"], capture_output=True, text=True, timeout=120
     )
     assert gc.returncode == 3 and "needs you" in gc.stdout
+
+
+def test_the_source_dod_never_sees_the_workspace_home(tmp_path: Path) -> None:
+    """An agent's command can leave files in the workspace's HOME; the source DoD, which no
+    sandbox holds, gets a fresh one."""
+    source = matrix_repo(tmp_path)
+    predicate = (
+        "'a * b' in open('calc.py').read() and not os.path.exists(os.path.expanduser('~/x.py'))"
+    )
+    result = _patch_only(
+        tmp_path, source, [write("calc.py", FIXED_BOTH)], allowlist=["calc.py"],
+        predicate=predicate, extra=(),
+    )  # fmt: skip
+    home = tmp_path / "agent-home"
+    home.mkdir()
+    (home / "x.py").write_text("planted by an agent's command\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home)}
+    outcome = apply.apply_patch(_request(tmp_path, source, result, env=env), ListSink())
+    assert outcome.ok, outcome.error

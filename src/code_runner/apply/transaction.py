@@ -132,16 +132,26 @@ class Transaction:
         self.sink.emit(EventKind.SOURCE_PATCH_APPLIED, paths=list(plan.paths), head=plan.head)
 
     def verify(self, pre: snapshot.SourceSnapshot) -> verify.Verdict:
-        """The same DoD, in the source. Untracked files it leaves are moved to the record."""
+        """The same DoD, in the source. Untracked files it leaves are moved to the record.
+
+        HOME and TMPDIR are fresh and empty: nothing an agent's commands left in the
+        workspace's (a `usercustomize.py`, a git or pip config) may run here, where no
+        sandbox holds the DoD.
+        """
         dod = self.req.dod
         self.sink.emit(EventKind.DOD_STARTED, label="source", command=dod.command)
-        verdict = verify.run_dod(
-            dod,
-            cwd=self.root,
-            env={**self.req.env, "GIT_OPTIONAL_LOCKS": "0"},
-            log_path=self.req.record.verifier_log,
-            label="source",
-        )
+        with tempfile.TemporaryDirectory(prefix="code-runner-source-dod-") as scratch:
+            home, tmp = Path(scratch) / "home", Path(scratch) / "tmp"
+            home.mkdir()
+            tmp.mkdir()
+            env = {**self.req.env, "HOME": str(home), "TMPDIR": str(tmp)}
+            verdict = verify.run_dod(
+                dod,
+                cwd=self.root,
+                env={**env, "GIT_OPTIONAL_LOCKS": "0"},
+                log_path=self.req.record.verifier_log,
+                label="source",
+            )
         self.sink.emit(
             EventKind.DOD_FINISHED,
             label="source",
