@@ -314,6 +314,11 @@ def reject(run: FinishedRun, reason: str | None, sink: EventSink) -> bool:
     """Mark the run rejected. False when it already was."""
     if run.decision == "rejected":
         return False
+    if open_journal(run) is not None:
+        raise ApplyRefused(
+            f"an apply of run {run.run_id} was interrupted and its source may be half-applied.",
+            fix="run `code-runner gc` to repair the source first, then reject.",
+        )
     if run.applied_in_source:
         raise UsageError(
             f"run {run.run_id} is already applied to the source; rejecting it now would not "

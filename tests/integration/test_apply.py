@@ -671,3 +671,28 @@ def test_the_source_dod_never_sees_the_workspace_home(tmp_path: Path) -> None:
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home)}
     outcome = apply.apply_patch(_request(tmp_path, source, result, env=env), ListSink())
     assert outcome.ok, outcome.error
+
+
+def test_without_rollback_a_failed_source_dod_leaves_the_patch_and_says_so(
+    tmp_path: Path,
+) -> None:
+    source = matrix_repo(tmp_path)
+    before = source_state(source)
+    result = run_complete(
+        tmp_path,
+        source,
+        [write("calc.py", FIXED_BOTH)],
+        allowlist=["calc.py"],
+        predicate="'a * b' in open('calc.py').read()",
+        rollback_on_failure=False,
+    )
+    assert result["reason"] == "source_dod_failed"
+    assert result["source_patch_applied"] is True and result["source_dod_passed"] is False
+    assert result["source_rollback_applied"] is False and result["source_commit"] is None
+    assert result["source_unchanged"] is True  # only the patched path changed
+    assert (source / "calc.py").read_text() == FIXED_BOTH
+    after = source_state(source)
+    assert after["head"] == before["head"] and after["staged"] == before["staged"]
+    assert json.loads((tmp_path / "out/fix-calc.apply.json").read_text())["phase"] == (
+        "left_applied"
+    )

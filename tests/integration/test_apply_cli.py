@@ -205,6 +205,8 @@ def test_an_apply_killed_during_the_dod_is_repaired_by_the_next_apply(tmp_path: 
     slow.unlink()
     check = run_cli("apply", str(out), "--check")
     assert check.returncode == 3 and "interrupted" in check.stderr  # --check repairs nothing
+    refused = run_cli("reject", str(out))
+    assert refused.returncode == 3 and "code-runner gc" in refused.stderr
     again = run_cli("apply", str(out), "--commit")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "repaired an interrupted apply: rolled back" in again.stdout
@@ -241,3 +243,25 @@ def test_sigterm_during_the_source_dod_rolls_back_and_exits_130(tmp_path: Path) 
         p for p in psutil.process_iter(["cmdline"]) if "--slow-if" in (p.info["cmdline"] or [])
     ]
     assert leftovers == []
+
+
+def test_run_in_complete_task_mode_commits_and_says_so(tmp_path: Path) -> None:
+    from tests.helpers import write_task
+    from tests.integration.test_apply import dod_command
+
+    source = matrix_repo(tmp_path)
+    status_before = git(source, "status", "--porcelain=v1", "--untracked-files=all")
+    spec = write_task(
+        tmp_path,
+        source,
+        [[write("calc.py", FIXED_BOTH)]],
+        command=dod_command(PREDICATE),
+        apply_to_source=True,
+        commit_on_success=True,
+    )
+    proc = run_cli("run", str(spec))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "source: committed" in proc.stderr
+    record = json.loads((tmp_path / "out/fix-calc.result.json").read_text())
+    assert record["source_commit"] == git(source, "rev-parse", "HEAD").strip()
+    assert git(source, "status", "--porcelain=v1", "--untracked-files=all") == status_before

@@ -86,4 +86,19 @@ class ProgressPrinter:
             return "[red]source repo changed:[/] " + "; ".join(e["differences"])
         if kind is EventKind.SIGNAL_RECEIVED:
             return f"[yellow]{e['signal']} received: cleaning up[/]"
+        return ProgressPrinter.describe_apply(kind, e)
+
+    @staticmethod
+    def describe_apply(kind: EventKind, e: dict[str, Any]) -> str | None:
+        """The apply step (complete-task mode): one line per change to the source."""
+        if kind is EventKind.APPLY_REFUSED:
+            return f"[red]apply refused[/] (source untouched): {e['message']}"
+        if kind is EventKind.SOURCE_PATCH_APPLIED:
+            return f"source: applied {', '.join(e['paths'])}; running the DoD there"
+        if kind is EventKind.SOURCE_ROLLED_BACK:
+            return f"[yellow]source: rolled back[/] {', '.join(e['paths'])}"
+        if kind is EventKind.SOURCE_COMMITTED:
+            return f"[green]source: committed[/] {e['commit']} ({', '.join(e['paths'])})"
+        if kind is EventKind.APPLY_REPAIRED:
+            return f"[yellow]repaired an interrupted apply:[/] {e['action']}"
         return None
