@@ -696,3 +696,28 @@ def test_without_rollback_a_failed_source_dod_leaves_the_patch_and_says_so(
     assert json.loads((tmp_path / "out/fix-calc.apply.json").read_text())["phase"] == (
         "left_applied"
     )
+
+
+def test_a_dod_that_changes_the_source_outside_the_patch_blocks_the_commit(
+    tmp_path: Path,
+) -> None:
+    source = matrix_repo(tmp_path)
+    head = git(source, "rev-parse", "HEAD")
+    predicate = "open('other.txt', 'a').write('x') and 'a * b' in open('calc.py').read()"
+    result = run_complete(
+        tmp_path,
+        source,
+        [write("calc.py", FIXED_BOTH)],
+        allowlist=["calc.py"],
+        predicate=predicate,
+        extra=(),
+        commit_on_success=True,
+    )
+    assert result["source_dod_passed"] is True  # it passed, but it wrote outside the patch
+    assert result["source_commit"] is None and result["source_rollback_applied"] is True
+    assert "outside the patch" in result["source_apply_error"]
+    assert result["status"] == "failed" and result["reason"] == "source_changed"
+    assert result["source_unchanged"] is False
+    assert any("other.txt" in d for d in result["source_differences"])
+    assert git(source, "rev-parse", "HEAD") == head
+    assert "a - b" in (source / "calc.py").read_text()  # the patch went back out

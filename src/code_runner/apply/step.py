@@ -104,12 +104,14 @@ def _transact(
             tx.write()
             verdict = tx.verify(pre)
             changed = tx.paths_changed_by_dod()
-            if not verdict.passed or changed:
-                error = (
-                    f"the DoD failed in the source: {verdict.reason}"
-                    if not verdict.passed
-                    else f"the DoD in the source rewrote patched paths: {', '.join(changed)}"
-                )
+            outside = _unexpected(pre, snapshot.take(req.source), tx)  # before any commit
+            if not verdict.passed or changed or outside:
+                if not verdict.passed:
+                    error = f"the DoD failed in the source: {verdict.reason}"
+                elif changed:
+                    error = f"the DoD in the source rewrote patched paths: {', '.join(changed)}"
+                else:
+                    error = "the DoD changed the source outside the patch: " + "; ".join(outside)
                 if req.rollback:
                     tx.rollback(error)
                 else:
