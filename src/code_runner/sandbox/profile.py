@@ -189,7 +189,8 @@ class Profile:
                 args += ["--size", tmp_bytes, "--tmpfs", str(masked)]
             tmpfs.append(masked)
         for secret in self.masked_files:
-            args += ["--ro-bind", "/dev/null", str(secret)]
+            if not any(_under(secret, t) for t in tmpfs):  # a mask already hides it
+                args += ["--ro-bind", "/dev/null", str(secret)]
         made: set[PurePosixPath] = set()
         inside_wt = [b for b in self.read_only if _under(b.dest, self.work_tree)]
         outside_wt = [b for b in self.read_only if not _under(b.dest, self.work_tree)]
