@@ -63,7 +63,7 @@ def _tamper() -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("dod", [PYTEST, "make -s check"])
+@pytest.mark.parametrize("dod", [PYTEST, "make -s check"], ids=["pytest", "make"])
 def test_the_dod_cannot_be_gamed(tmp_path: Path, mode: str, dod: str) -> None:
     run = attack(tmp_path, _tamper(), sandbox=mode, source=_source(tmp_path), command=dod)
     held("the DoD did not pass", run.result["dod_passed"] is False, dump(run))
