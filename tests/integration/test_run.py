@@ -397,7 +397,7 @@ def test_max_rounds_and_backend_flags_override_the_spec(tmp_path: Path) -> None:
     result = json.loads(proc.stdout)
     assert result["max_rounds"] == 2 and result["rounds"] == 2
     proc = run_cli("run", str(spec), "--backend", "nope")
-    assert proc.returncode == 2 and "scripted" in proc.stderr
+    assert proc.returncode == 3 and "scripted" in proc.stderr  # unknown backend: preflight
 
 
 def test_unknown_backend_and_missing_script_are_clear_errors(tmp_path: Path) -> None:

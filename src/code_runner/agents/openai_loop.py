@@ -21,6 +21,7 @@ from code_runner.agents.arguments import parse_arguments
 from code_runner.agents.base import (
     AgentOutcome,
     AgentStop,
+    BudgetKind,
     RoundContext,
     ToolErrorCode,
     ToolResult,
@@ -184,7 +185,7 @@ class ModelLoopAgent:
         answer: str,
         turns: int,
         error: str | None = None,
-        budget: Any = None,
+        budget: BudgetKind | None = None,
     ) -> AgentOutcome:
         return AgentOutcome(
             stop,
