@@ -73,6 +73,11 @@ class ProgressPrinter:
         if kind is EventKind.TOOL_RESULT:
             status = "ok" if e.get("ok") else f"[yellow]{e.get('error')}[/]"
             return f"  [dim]tool[/] {e.get('name')} {status}"
+        if kind is EventKind.MODEL_TURN:
+            calls = ", ".join(e.get("tool_calls") or []) or "no tool call"
+            tokens = (e.get("usage") or {}).get("total_tokens")
+            used = f", {tokens} tokens" if tokens is not None else ""
+            return f"  [dim]model turn {e.get('turn')}[/]: {calls} ({e.get('duration_s')} s{used})"
         if kind is EventKind.CHANGES_DROPPED:
             return f"round {r}: [yellow]dropped[/] {', '.join(e['paths'])}"
         if kind is EventKind.BEST_KEPT:
