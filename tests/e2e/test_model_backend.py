@@ -42,7 +42,10 @@ def bodies(server: ScriptedServer) -> list[dict]:
 
 
 def test_bug_fixed_over_two_rounds(
-    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    server: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     server.add(
         # round 1: two tool calls in one turn, arguments split into 3-character chunks;
@@ -97,6 +100,8 @@ def test_bug_fixed_over_two_rounds(
     assert kinds[0] == "session" and kinds.count("request") == 4 and kinds.count("stop") == 2
     assert "Fixed mul too." in (run.out / "fix-calc.response.txt").read_text()
     assert no_workspaces()
+    progress = capsys.readouterr().err
+    assert "model turn 1: read_file, write_file (" in progress and "120 tokens)" in progress
 
 
 @pytest.mark.parametrize(
