@@ -259,3 +259,32 @@ def test_the_unprivileged_profile_holds_for_a_non_root_runner(open_scratch: Path
     assert out.strip().endswith("0")  # /root is an empty tmpfs
     assert (open_scratch / "wt/inside.txt").stat().st_uid == nobody
     assert stat.S_ISREG((open_scratch / "wt/.git").stat().st_mode)
+
+
+def test_wrap_runs_a_one_off_command_with_extra_read_only_binds(tmp_path: Path) -> None:
+    if not sandbox.probe().ok:
+        pytest.skip(sandbox.probe().reason)
+    ws_root = tmp_path / "ws"
+    for name in ("wt", "git"):
+        (ws_root / name).mkdir(parents=True)
+    (ws_root / "wt/.git").write_text(f"gitdir: {ws_root / 'git'}\n")
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "data.txt").write_text("shared data\n")
+
+    class Ws:
+        work_tree = ws_root / "wt"
+        git_dir = ws_root / "git"
+        source_dir = tmp_path / "no-source"
+
+    argv = sandbox.wrap(
+        ["/bin/sh", "-c", f"cat {extra}/data.txt > copy.txt; echo x > {extra}/data.txt"],
+        workspace=Ws(),
+        network=False,
+        extra_ro_binds=[Bind(extra, extra)],
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    result = subprocess.run(argv, cwd=Ws.work_tree, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "Read-only file system" in result.stderr
+    assert (Ws.work_tree / "copy.txt").read_text() == "shared data\n"
+    assert (extra / "data.txt").read_text() == "shared data\n"

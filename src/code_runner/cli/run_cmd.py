@@ -113,6 +113,7 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int:
         "output_dir_exists": task.output_dir.exists(),
         "mode": "apply to source" if task.apply_to_source else "patch only",
         "warnings": list(pre.warnings),
+        "sandbox": pre.sandbox.posture() if pre.sandbox else {"kind": "none", "mode": "off"},
     }
     risks: list[str] = []
     if explain_risk:
@@ -133,10 +134,13 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int:
             )
         if plan["output_dir_exists"]:
             risks.append("output_dir exists: files of an earlier run of this task_id are replaced")
-        risks.append(
-            "without an OS sandbox, agent commands run as you; the command policy and the "
-            "source snapshot are the guard"
-        )
+        if pre.sandbox is None or not pre.sandbox.use:
+            risks.append(
+                "without an OS sandbox, agent commands run as you; the command policy and the "
+                "source snapshot are the guard"
+            )
+        if task.network and pre.sandbox is not None and pre.sandbox.use:
+            risks.append("network: true lets agent commands and the DoD reach the network")
         plan["risks"] = risks
     if as_json:
         render.print_json(plan)

@@ -54,7 +54,10 @@ def wrap(
     limits: ResourceLimits = DEFAULT_LIMITS,
     cpu_s: int = 3600,
 ) -> list[str]:
-    """`argv` wrapped in the profile (no cgroups, no hand-over: for one-off commands)."""
+    """`argv` wrapped in the profile, for a one-off command outside a run (no cgroups).
+
+    A root runner's command runs as a fresh uid, so the work tree is handed to it first.
+    """
     found = probe()
     if found.programs is None:
         raise RuntimeError(f"the sandbox is not available: {found.reason}")
@@ -68,6 +71,7 @@ def wrap(
         cgroups=None,
         name="oneoff",
     )
+    session.hand_over()
     profile = session.profile()
     extra = tuple(extra_ro_binds)
     if extra:
