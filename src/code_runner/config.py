@@ -89,8 +89,11 @@ class ProviderSettings(BaseModel):
         return self.price_in_per_mtok is not None and self.price_out_per_mtok is not None
 
     def public(self) -> dict[str, Any]:
-        """The settings as recorded in a transcript (names of variables, never values)."""
-        return self.model_dump(mode="json")
+        """The settings as recorded in a transcript: names of variables, never values, and
+        header names without their values (a gateway's token often travels in one)."""
+        data = self.model_dump(mode="json")
+        data["headers"] = {name: "(set)" for name in self.headers}
+        return data
 
 
 class OpenAIBackend(ProviderSettings):

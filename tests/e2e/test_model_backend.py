@@ -72,6 +72,9 @@ def test_bug_fixed_over_two_rounds(
     assert (result["status"], result["reason"], result["rounds"]) == ("passed", "dod_passed", 2)
     request = server.stream_requests()[0]
     assert request.headers["x-team"] == "compilers"
+    transcript_text = (run.out / "fix-calc.transcript.jsonl").read_text()
+    assert "compilers" not in transcript_text  # header values are not recorded, names are
+    assert run.transcript()[0]["settings"]["headers"] == {"X-Team": "(set)"}
     assert (request.body["temperature"], request.body["seed"]) == (0, 7)
     assert (request.body["max_tokens"], request.body["tool_choice"]) == (512, "required")
     assert b"return a * b" in run.patch() and b"return a + b" in run.patch()
