@@ -39,7 +39,12 @@ class Blocker:
         return _FIX[self.kind]
 
     def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind.value, "text": self.text, "reason": self.reason, "fix": self.fix}
+        return {
+            "blocker": self.kind.value,
+            "text": self.text,
+            "reason": self.reason,
+            "fix": self.fix,
+        }
 
 
 _WHAT = {

@@ -197,22 +197,31 @@ def _paths(value: str) -> tuple[str, ...]:
 
 
 def evidence_status(result: Mapping[str, Any]) -> WorkerStatus:
-    """The status the evidence supports, from a run's result (never from the worker)."""
+    """The status the evidence supports, from a run's result (never from the worker).
+
+    PARTIAL needs proof of progress: the patch holds changes and, with them, more tests
+    pass than on the base (test counts the DoD's output reported).
+    """
     status, reason = result.get("status"), result.get("reason")
     if status in ("passed", "already_satisfied") and result.get("source_unchanged", True):
         return WorkerStatus.SUCCESS
     if reason == "blocked_needs_decision":
         return WorkerStatus.BLOCKED_NEEDS_DECISION
     bad_endings = {"safety_violation", "source_changed", "patch_invalid", "internal_error"}
-    progress = float(result.get("best_score") or 0.0) > 0.0
-    if (
-        status == "failed"
-        and reason not in bad_endings
-        and progress
-        and result.get("changed_files")
-    ):
-        return WorkerStatus.PARTIAL
+    if status == "failed" and reason not in bad_endings and result.get("changed_files"):
+        base, best = _tests_passed(result, 0), _tests_passed(result, result.get("best_round"))
+        if best is not None and best > (base or 0):
+            return WorkerStatus.PARTIAL
     return WorkerStatus.FAILED
+
+
+def _tests_passed(result: Mapping[str, Any], round_index: object) -> int | None:
+    for details in _dicts(result.get("round_details")):
+        if details.get("round") == round_index:
+            verdict = details.get("verdict")
+            if isinstance(verdict, Mapping) and isinstance(verdict.get("tests_passed"), int):
+                return int(verdict["tests_passed"])
+    return None
 
 
 def assess(response: str, result: Mapping[str, Any]) -> dict[str, Any]:
