@@ -17,6 +17,7 @@ behind included) with signals deferred, so an interrupt cannot cut the kill shor
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import time
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ from code_runner.agents.cli_agents.translate import Translator
 
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 _MAX_LINE_BYTES = 8 * 1024 * 1024
+_READ_CHUNK_BYTES = 4 * 1024 * 1024  # per stream per poll
 _POLL_S = 0.1
 
 
@@ -132,11 +134,12 @@ class _LineReader:
         self.offset = 0
         self.pending = b""
 
-    def read(self, *, final: bool = False) -> list[str]:
+    def read(self, *, final: bool = False, max_bytes: int = _READ_CHUNK_BYTES) -> list[str]:
+        """New complete lines, reading at most `max_bytes` (a flood must not stall us)."""
         try:
             with self.path.open("rb") as f:
                 f.seek(self.offset)
-                data = f.read()
+                data = f.read(max_bytes)
         except OSError:
             data = b""
         self.offset += len(data)
@@ -148,6 +151,15 @@ class _LineReader:
                 lines.append(self.pending)
             self.pending = b""
         return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+
+
+def _on_disk(readers: tuple[_LineReader, ...]) -> int:
+    """Bytes written so far: the cap is checked against the files, not what was parsed."""
+    total = 0
+    for reader in readers:
+        with contextlib.suppress(OSError):
+            total += reader.path.stat().st_size
+    return total
 
 
 def supervise(
@@ -233,7 +245,7 @@ def supervise(
                 ending = Ending.IDLE_TIMEOUT
                 detail = f"the CLI wrote nothing for {limits.idle_timeout_s:g} s"
                 break
-            if total > limits.max_output_bytes:
+            if total > limits.max_output_bytes or _on_disk(readers) > limits.max_output_bytes:
                 ending = Ending.OUTPUT_LIMIT
                 detail = f"the CLI wrote more than {limits.max_output_bytes} bytes"
                 break
@@ -241,6 +253,11 @@ def supervise(
     finally:
         killed = running.kill(limits.grace_s)
     ended = time.monotonic()
+    while total <= limits.max_output_bytes:  # drain what is left, chunk by chunk, up to the cap
+        grown = pump()
+        if not grown:
+            break
+        total += grown
     total += pump(final=True)
     if code is None and ending is Ending.EXITED:
         code = running.exit_code()
