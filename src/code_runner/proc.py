@@ -346,10 +346,12 @@ class Spawned:
         Signals are deferred meanwhile, so an interrupt cannot leave half a tree behind.
         """
         with signals_deferred():
+            others = 0
             if self.popen.poll() is None:
+                others = len(_tokened(self.token, self.popen.pid))
                 _terminate(self.popen, self.token, grace_s)
             self.popen.wait()
-            return _kill_descendants(self.token, self.popen.pid, grace_s)
+            return max(others, _kill_descendants(self.token, self.popen.pid, grace_s))
 
 
 def spawn(

@@ -87,8 +87,8 @@ class Flavor(Protocol):
 def find_program(program: str, path: str | None) -> str | None:
     """The absolute path of `program` (a name looked up on `path`, or a path)."""
     if os.sep in program:
-        candidate = Path(program).expanduser()
-        return str(candidate.resolve()) if os.access(candidate, os.X_OK) else None
+        candidate = Path(program).expanduser().absolute()  # as named: no symlink resolved
+        return str(candidate) if os.access(candidate, os.X_OK) else None
     return shutil.which(program, path=path)
 
 

@@ -106,10 +106,14 @@ _PATTERNS: tuple[tuple[BlockerKind, re.Pattern[str]], ...] = tuple(
     )
 )
 _MAX_TEXT = 300
+_SCAN_CHARS = 1000
 
 
 def classify(text: str) -> Blocker | None:
-    """The first known failure `text` shows, or None."""
+    """The first known failure `text` shows, or None. A failure message is short: only
+    the start and end of a long line are looked at, so a flood of output stays cheap."""
+    if len(text) > 2 * _SCAN_CHARS:
+        text = text[:_SCAN_CHARS] + " " + text[-_SCAN_CHARS:]
     for kind, pattern in _PATTERNS:
         if pattern.search(text):
             line = " ".join(text.split())
