@@ -128,6 +128,7 @@ def prepare(
     task_id: str = "fix-calc",
     out: Path | None = None,
     timeout_s: float = 120,
+    sandbox: str = "auto",
 ) -> CliRun:
     root.mkdir(parents=True, exist_ok=True)
     source = root / "source"
@@ -147,10 +148,7 @@ def prepare(
         "definition_of_done": {"command": DOD, "assertion": "exit_code == 0", "timeout_s": 60},
         "max_rounds": max_rounds,
         "timeout_s": timeout_s,
-        # The CLIs confine themselves (Codex: its workspace-write bwrap sandbox), and code-
-        # runner's OS sandbox hands the work tree to its own uid, where Codex's sandbox
-        # cannot set up its mounts; so these runs keep code-runner's sandbox off.
-        "sandbox": "off",
+        "sandbox": sandbox,  # auto: code-runner's OS sandbox around the DoD, where it works
     }
     spec_path = root / f"{task_id}.json"
     spec_path.write_text(json.dumps(spec, indent=2))

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from code_runner.sandbox import probe
 from code_runner.testing import anthropic_messages as msgs
 from code_runner.testing import responses_api as resp
 from code_runner.testing.scripted_server import Fail, Reply, ScriptedServer
@@ -98,6 +99,9 @@ def test_codex_fixes_the_bug_with_its_own_shell_tool(tmp_path: Path, codex: str)
     assert info["owned_paths"] == ["calc.py"] and info["workspace"]
     assert "# fix-calc: SUCCESS" in cli_run.file("result.md").read_text()
     assert "`calc.py` (modified)" in cli_run.file("eval.md").read_text()
+    # code-runner's OS sandbox (where it works) judged the DoD, with Codex's own around Codex
+    if probe().ok:
+        assert result["sandbox"]["kind"] == "bwrap"
     _assert_clean_end(cli_run, result)
 
 

@@ -183,6 +183,7 @@ class CliAgent:
         )
         shown = invocation.shown(prompt, prompt_file)
         self._last_command = shown
+        _reclaim_work_tree(ctx.workspace_dir)
         launch = supervisor.Launch(
             argv=invocation.argv,
             cwd=ctx.workspace_dir,
@@ -261,6 +262,22 @@ def supervise_in_tmux(agent: Any, *, enabled: bool) -> Any:
             "(`code-runner watch OUTPUT_DIR` follows any run).",
         )
     return agent
+
+
+def _reclaim_work_tree(work_tree: Path) -> None:
+    """Own the work tree while the CLI works in it.
+
+    With code-runner's OS sandbox on, a root runner gives the work tree to the sandbox's
+    uid for its own tools and the DoD. The CLI runs as the runner (under its own
+    confinement: Codex's sandbox maps it into a user namespace, where a tree owned by an
+    unmapped uid is read-only), so the tree comes back for the round; the runner hands it
+    over again after its audit, before the DoD.
+    """
+    if os.geteuid() != 0:
+        return  # a non-root runner never hands the tree over
+    from code_runner.sandbox import Identity, hand_over
+
+    hand_over(work_tree, Identity(uid=os.getuid(), gid=os.getgid()))
 
 
 def _scratch_paths(ctx: RoundContext) -> RecordPaths:
