@@ -178,3 +178,40 @@ def test_stop_and_attach_refuse_what_they_cannot_do(tmp_path: Path) -> None:
     assert "--tmux runs an agent CLI" in tmux_for_builtin.stderr
     bad_since = run_cli("summarize", str(cli_run.out), "--since", "last tuesday")
     assert bad_since.returncode == 2 and "is not a date" in bad_since.stderr
+
+
+def test_concurrent_tmux_runs_never_share_a_server_and_gc_ends_a_killed_one(
+    tmp_path: Path,
+) -> None:
+    marker = uuid.uuid4().hex
+    ticker = tmp_path / "ticker.py"
+    ticker.write_text(TICKER)
+    runs = [
+        prepare(tmp_path / name, f"command:idle_timeout_s=60 -- {PY} {ticker} {marker}")
+        for name in ("one", "two")
+    ]
+    runners = [_start(cli_run, "--tmux") for cli_run in runs]
+    try:
+        for cli_run in runs:
+            wait_for(lambda c=cli_run: c.file("tmux.json").exists(), 60, "a tmux pane")
+        sockets = [json.loads(c.file("tmux.json").read_text())["socket"] for c in runs]
+        assert sockets[0] != sockets[1] and all(Path(s).exists() for s in sockets)
+        # one runner is killed outright: its pane, CLI and tmux server are orphans now
+        runners[1].kill()
+        runners[1].communicate(timeout=30)
+        assert leftovers(sockets[1]), "the killed run's tmux server should still be there"
+        collected = run_cli("gc", "--json", timeout=120)
+        assert collected.returncode == 0, collected.stderr
+        wait_for(lambda: not leftovers(sockets[1]), 30, "gc to end the orphaned tmux server")
+        assert leftovers(sockets[0]), "gc must not touch the live run"
+        stopped = run_cli("stop", str(runs[0].out), timeout=120)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        runners[0].communicate(timeout=60)
+    finally:
+        for runner in runners:
+            if runner.poll() is None:
+                runner.kill()
+                runner.communicate()
+    assert runs[0].result()["reason"] == "stopped"
+    assert leftovers(marker) == []
+    assert json.loads(runs[1].file("status.json").read_text())["state"] == "abandoned"
