@@ -60,7 +60,10 @@ def run_info(
     base: str,
     paths: RecordPaths,
     status: str = "running",
+    os_sandbox: object = None,
 ) -> dict[str, Any]:
+    """`os_sandbox`: code-runner's own OS sandbox (around its tools and the DoD), once known;
+    `sandbox` is the agent's (an agent CLI's own confinement)."""
     described = agent_description(agent, spec.backend)
     return {
         "schema_version": 1,
@@ -71,6 +74,7 @@ def run_info(
         "agent": described,
         "command_line": described.get("command_line"),
         "sandbox": described.get("sandbox"),
+        "os_sandbox": os_sandbox,
         "source": str(spec.cwd),
         "base": base,
         "workspace": str(workspace_dir) if workspace_dir else None,

@@ -635,7 +635,7 @@ class TaskRun:
                 )
         return RunOutcome(self.status, self.reason, result, record.paths)
 
-    def _write_run_info(self, status: str) -> None:
+    def _write_run_info(self, status: str, os_sandbox: object = None) -> None:
         info = run_report.run_info(
             self.spec,
             run_id=self.run_id,
@@ -644,13 +644,14 @@ class TaskRun:
             base=self.pre.base,
             paths=self.record.paths,
             status=status,
+            os_sandbox=os_sandbox,
         )
         run_report.write_run_info(self.record.paths, info)
 
     def _write_reports(self, result: dict[str, Any]) -> None:
         """run.json, result.md and eval.md beside the record; never fails the run."""
         try:
-            self._write_run_info(str(result.get("status")))
+            self._write_run_info(str(result.get("status")), result.get("sandbox"))
             run_report.write_reports(self.record.paths, result, self.spec)
         except OSError as exc:
             self.record.emit(EventKind.ERROR, message=f"could not write run reports: {exc}")

@@ -44,6 +44,13 @@ _BIN_ENV = {"codex": "CODE_RUNNER_CODEX_BIN", "claude": "CODE_RUNNER_CLAUDE_BIN"
 
 def cli_program(name: str) -> str:
     """The installed CLI, or fail (CI) / skip (elsewhere) saying how to install it."""
+    mode = os.stat("/tmp").st_mode & 0o7777
+    if mode & 0o001 == 0:  # Codex's sandbox maps it into a user namespace: /tmp must be open
+        pytest.fail(
+            f"/tmp has mode {mode:o} on this machine (something chmod'ed it; it is 1777 "
+            "normally), so an agent CLI's own sandbox cannot reach its files under /tmp; "
+            "restore it with `chmod 1777 /tmp`"
+        )
     candidate = os.environ.get(_BIN_ENV[name]) or str(CLI_BIN_DIR / name)
     if os.access(candidate, os.X_OK):
         return candidate

@@ -102,6 +102,7 @@ def test_codex_fixes_the_bug_with_its_own_shell_tool(tmp_path: Path, codex: str)
     # code-runner's OS sandbox (where it works) judged the DoD, with Codex's own around Codex
     if probe().ok:
         assert result["sandbox"]["kind"] == "bwrap"
+        assert json.loads(cli_run.file("run.json").read_text())["os_sandbox"]["kind"] == "bwrap"
     _assert_clean_end(cli_run, result)
 
 

@@ -150,14 +150,17 @@ def _tmux_info(paths: RecordPaths) -> dict[str, Any]:
 def _has_session(socket: str, session: str) -> bool:
     if not Path(socket).exists():
         return False
-    result = subprocess.run(
-        ["tmux", "-S", socket, "has-session", "-t", session],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=10,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["tmux", "-S", socket, "has-session", "-t", session],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
     return result.returncode == 0
 
 
