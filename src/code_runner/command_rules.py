@@ -32,6 +32,7 @@ _SYSTEM = frozenset(
 )
 _KILLERS = frozenset({"pkill", "killall", "killall5"})
 _DEST_LAST = frozenset({"cp", "install", "rsync", "ln", "scp"})
+_LINK_FLAGS = re.compile(r"^-(?:[a-zA-Z]*[sl][a-zA-Z]*|-symbolic-link|-link)$")
 _ALL_OPERANDS = frozenset(
     {"mv", "tee", "touch", "mkdir", "rm", "rmdir", "unlink", "mkfifo", "mknod", "truncate"}
     | {"shred", "chmod", "chown", "chgrp", "setfacl"}
@@ -134,10 +135,40 @@ def check_words(command: str, *, workspace_dir: Path) -> tuple[str, str] | None:
             return "system_change", f"`{name}` changes the machine, not the workspace"
         if name in _KILLERS or (name == "kill" and "-1" in args):
             return "kill_all", "signalling processes by name or all of them (-1) is not allowed"
+        found = _links_out(name, args, workspace_dir) or _names_git(name, args)
+        if found:
+            return found
         for target in _targets(name, args):
             if outside(target, workspace_dir):
                 rule = (
                     "cd_outside_workspace" if name in ("cd", "pushd") else "write_outside_workspace"
                 )
                 return rule, f"`{name}` may only name paths inside the workspace ({target})"
+    return None
+
+
+def _links_out(name: str, args: list[str], workspace_dir: Path) -> tuple[str, str] | None:
+    """`ln` (or `cp -s`/`cp -l`) to something outside: a later write would go through it."""
+    linking = name == "ln" or (name == "cp" and any(_LINK_FLAGS.match(a) for a in args))
+    if not linking:
+        return None
+    for source in _operands(args)[:-1]:
+        if outside(source, workspace_dir):
+            return (
+                "link_outside_workspace",
+                f"`{name}` may not link to paths outside the workspace ({source})",
+            )
+    return None
+
+
+def _names_git(name: str, args: list[str]) -> tuple[str, str] | None:
+    """A writer naming `.git` (the pointer, in any spelling) among its paths."""
+    from code_runner.policy import is_dot_git  # policy imports this module
+
+    if name in ("cd", "pushd"):
+        return None
+    paths = _operands(args) if name in ("ln", "cp", "mv") else _targets(name, args)
+    for path in paths:
+        if any(is_dot_git(part) for part in path.split("/")):
+            return "git_dir_path", f"`{name}` may not touch git's own files ({path})"
     return None

@@ -210,6 +210,10 @@ def check_command(command: str, *, source_dir: Path, workspace_dir: Path) -> Com
         if form and form != "/" and form in command:
             return CommandBlock("source_path", f"commands may not refer to the source ({form})")
     for match in _REDIRECT.finditer(command):
+        if any(is_dot_git(part) for part in match.group(1).strip("'\"").split("/")):
+            return CommandBlock(
+                "git_dir_path", f"output may not go to git's own files ({match.group(1)})"
+            )
         if _outside(match.group(1), workspace_dir):
             return CommandBlock(
                 "redirect_outside_workspace",

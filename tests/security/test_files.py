@@ -95,13 +95,15 @@ def test_symlinks_to_host_files_and_swaps_between_calls(
     tmp_path: Path, mode: str, etc_file: Path
 ) -> None:
     before = etc_file.read_bytes()
-    calls = [
-        cmd(f"ln -s {etc_file} link.txt && ln -s /etc sub"),
+    plant = f"import os; os.symlink('{etc_file}', 'link.txt'); os.symlink('/etc', 'sub')"
+    swap = f"import os; os.rename('calc.py', 'calc.bak'); os.symlink('{etc_file}', 'calc.py')"
+    calls = [  # planted with Python: what is tested here is the file tools, not the policy
+        cmd(f'{PY} -c "{plant}"'),
         *[file_call(tool, "link.txt") for tool in FILE_TOOLS],
         call("write_file", path=f"sub/{etc_file.name}", content="pwned\n"),
         call("write_file", path="sub/code-runner-new-file", content="pwned\n"),
         call("read_file", path="calc.py"),
-        cmd(f"mv calc.py calc.bak && ln -s {etc_file} calc.py"),  # swapped after the read
+        cmd(f'{PY} -c "{swap}"'),  # swapped after the read
         call("edit_file", path="calc.py", start_line=1, end_line=1, content="pwned"),
         call("write_file", path="calc.py", content="pwned\n"),
         call("read_file", path="calc.py"),

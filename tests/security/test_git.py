@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git
-from tests.helpers import FIXED_BOTH, calc_repo, fingerprint
+from tests.helpers import FIXED_BOTH, PY, calc_repo, fingerprint
 from tests.security.harness import MODES, attack, call, cmd, dump, held
 
 GIT_WRITES = [
@@ -65,29 +65,45 @@ def test_git_writes_from_commands_fail(tmp_path: Path, mode: str) -> None:
 
 POINTER_ATTACKS = [
     "rm -f .git",
-    "echo 'gitdir: /tmp/evil' > .git",
+    "echo 'gitdir: {host}' > .git",
     "mv .git moved-pointer",
-    "ln -s /tmp evil-link && mv -fT evil-link .git",
+    "ln -s {host} evil-link && mv -fT evil-link .git",
     "chmod 000 .git",
 ]
+# the same aim in a form no command policy can read: only the sandbox or the audit stop it
+SILENT_REWRITE = "{py} -c \"open('.git', 'w').write('gitdir: {host}')\""
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_git_pointer_cannot_be_rewritten_or_removed(tmp_path: Path, mode: str) -> None:
     source = calc_repo(tmp_path)
+    host = tmp_path / "host-dir"  # a directory of ours the pointer could be aimed at
+    host.mkdir(mode=0o755)
     before = fingerprint(source)
-    calls = [cmd(c) for c in POINTER_ATTACKS]
-    calls += [call("write_file", path="calc.py", content=FIXED_BOTH)]
+    commands = [c.format(host=host) for c in POINTER_ATTACKS]
+    calls = [cmd(c) for c in commands]
+    calls += [
+        cmd(SILENT_REWRITE.format(py=PY, host=host)),
+        call("write_file", path="calc.py", content=FIXED_BOTH),
+    ]
     run = attack(tmp_path, calls, sandbox=mode, source=source)
+    results = run.tool_results
+    for command, result in zip(commands, results, strict=False):
+        if run.sandboxed:
+            ok = result["details"].get("exit_code", 0) != 0
+        else:
+            ok = result["error"] == "BLOCKED_COMMAND"
+        held(command, ok, result)
+    silent = results[len(commands)]
+    violations = run.result["safety_violations"]
     if run.sandboxed:
-        for command, result in zip(POINTER_ATTACKS, run.tool_results, strict=False):
-            held(command, result["details"].get("exit_code", 0) != 0, result)
-        held("no violation: nothing changed", run.result["safety_violations"] == [])
+        held("the silent rewrite fails too", silent["details"]["exit_code"] != 0, silent)
+        held("no violation: nothing changed", violations == [], violations)
         assert run.result["status"] == "passed", dump(run)
     else:  # no wall: the audit sees the change, restores the pointer and fails the run
-        violations = run.result["safety_violations"]
-        held("pointer change detected", any("pointer" in v for v in violations), violations)
+        held("silent rewrite detected", any("pointer" in v for v in violations), violations)
         held("the run fails closed", run.result["reason"] == "safety_violation")
+    held("the aimed-at directory is untouched", stat.S_IMODE(host.stat().st_mode) == 0o755)
     held("source byte-identical", fingerprint(source) == before)
 
 

@@ -288,3 +288,21 @@ def test_wrap_runs_a_one_off_command_with_extra_read_only_binds(tmp_path: Path) 
     assert result.returncode != 0 and "Read-only file system" in result.stderr
     assert (Ws.work_tree / "copy.txt").read_text() == "shared data\n"
     assert (extra / "data.txt").read_text() == "shared data\n"
+
+
+def test_limits_never_exceed_the_runners_own_hard_limits() -> None:
+    """Nothing inside may raise a limit, so asking above the runner's hard one is capped."""
+    code = (
+        "from code_runner.sandbox.limits import rlimit_argv, ResourceLimits; "
+        "print(rlimit_argv('prlimit', ResourceLimits(file_size_mb=4096), cpu_s=9, "
+        "processes=False, address_space=False))"
+    )
+    import sys
+
+    out = subprocess.run(
+        ["bash", "-c", f'ulimit -f 1000 && "{sys.executable}" -c "{code}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--fsize=1024000" in out and "--cpu=9" in out

@@ -9,6 +9,7 @@ machine has one, bounds both for the whole tree instead (see `cgroups`).
 
 from __future__ import annotations
 
+import resource
 import shutil
 from typing import Annotated
 
@@ -65,15 +66,24 @@ def rlimit_argv(
     processes: bool,
     address_space: bool,
 ) -> list[str]:
-    """`prlimit ... --`: sets soft and hard limits, then execs the command."""
+    """`prlimit ... --`: sets soft and hard limits, then execs the command.
+
+    Each value is capped at the runner's own hard limit: inside the sandbox nothing may
+    raise one, so a larger value would make every command fail instead of being bounded.
+    """
     argv = [
         prlimit,
-        f"--fsize={limits.file_size_mb * MIB}",
-        f"--cpu={cpu_s}",
+        f"--fsize={_capped(resource.RLIMIT_FSIZE, limits.file_size_mb * MIB)}",
+        f"--cpu={_capped(resource.RLIMIT_CPU, cpu_s)}",
         "--core=0",
     ]
     if processes:
-        argv.append(f"--nproc={limits.processes}")
+        argv.append(f"--nproc={_capped(resource.RLIMIT_NPROC, limits.processes)}")
     if address_space:
-        argv.append(f"--as={limits.memory_mb * MIB}")
+        argv.append(f"--as={_capped(resource.RLIMIT_AS, limits.memory_mb * MIB)}")
     return [*argv, "--"]
+
+
+def _capped(which: int, wanted: int) -> int:
+    _, hard = resource.getrlimit(which)
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
