@@ -1,7 +1,7 @@
 """Write docs/cli.md from the commands' own --help, so the docs cannot go stale.
 
-    python scripts/gen_cli_docs.py          # rewrite docs/cli.md
-    python scripts/gen_cli_docs.py --check  # exit 1 if docs/cli.md is out of date
+python scripts/gen_cli_docs.py          # rewrite docs/cli.md
+python scripts/gen_cli_docs.py --check  # exit 1 if docs/cli.md is out of date
 """
 
 from __future__ import annotations
