@@ -369,3 +369,37 @@ def test_summarize_reads_the_runs_of_every_backend(tmp_path: Path, codex: str) -
     assert "3 run(s): SUCCESS 1, PARTIAL 0, BLOCKED_NEEDS_DECISION 1, FAILED 1" in text.stdout
     later = run_cli("summarize", str(runs_root), "--since", "2999-01-01", "--json")
     assert json.loads(later.stdout)["totals"]["runs"] == 0
+
+
+def test_a_config_entry_names_the_provider_model_and_key(
+    tmp_path: Path, codex: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = [resp.write_file("calc.py", FIXED), resp.say(success_block())]
+    with ScriptedServer(resp.ResponsesApi(), steps) as server:
+        config = tmp_path / "code-runner.toml"
+        config.write_text(
+            "[backends.local-codex]\n"
+            'kind = "codex-cli"\n'
+            f'base_url = "{server.base_url}"\n'
+            'model = "configured-model"\n'
+            'api_key_env = "CR_TEST_CLI_KEY"\n'
+            "idle_timeout_s = 30\n"
+        )
+        monkeypatch.setenv("CODE_RUNNER_CONFIG", str(config))
+        cli_run = run(prepare(tmp_path / "run", "local-codex"))
+        requests = server.stream_requests()
+    assert cli_run.proc.returncode == 0, cli_run.output()
+    assert requests[0].body["model"] == "configured-model"
+    assert requests[0].headers["authorization"] == f"Bearer {KEY}"
+    info = json.loads(cli_run.file("run.json").read_text())
+    assert info["agent"]["settings"]["config_backend"] == "local-codex"
+    assert info["agent"]["settings"]["idle_timeout_s"] == 30
+
+
+def test_doctor_reports_the_installed_clis(codex: str, claude: str) -> None:
+    shown = run_cli("doctor", "--json", timeout=120)
+    report = json.loads(shown.stdout)
+    clis = report["agent_clis"]
+    assert clis["codex"]["found"] and "0.171.0" in clis["codex"]["version"]
+    assert clis["claude"]["found"] and "2.1.197" in clis["claude"]["version"]
+    assert {"codex-cli", "claude-cli", "command"} <= set(report["backends"])
