@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,13 +46,6 @@ _BIN_ENV = {"codex": "CODE_RUNNER_CODEX_BIN", "claude": "CODE_RUNNER_CLAUDE_BIN"
 
 def cli_program(name: str) -> str:
     """The installed CLI, or fail (CI) / skip (elsewhere) saying how to install it."""
-    mode = os.stat("/tmp").st_mode & 0o7777
-    if mode & 0o001 == 0:  # Codex's sandbox maps it into a user namespace: /tmp must be open
-        pytest.fail(
-            f"/tmp has mode {mode:o} on this machine (something chmod'ed it; it is 1777 "
-            "normally), so an agent CLI's own sandbox cannot reach its files under /tmp; "
-            "restore it with `chmod 1777 /tmp`"
-        )
     candidate = os.environ.get(_BIN_ENV[name]) or str(CLI_BIN_DIR / name)
     if os.access(candidate, os.X_OK):
         return candidate
@@ -60,12 +55,33 @@ def cli_program(name: str) -> str:
     pytest.skip(message)
 
 
+def _open_path(path: Path) -> bool:
+    """Every directory on the way to `path` can be searched by anyone."""
+    return all(os.stat(p).st_mode & 0o001 for p in [*reversed(path.parents), path])
+
+
 @pytest.fixture
-def codex(monkeypatch: pytest.MonkeyPatch) -> str:
+def codex(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Codex, with workspaces where its own sandbox can reach them.
+
+    Codex's sandbox runs it in a user namespace, where a directory on the way to the
+    workspace that only root may search is closed. Workspaces (and CODEX_HOME in them) go
+    under /var/tmp, so a test elsewhere that leaves /tmp closed cannot break these.
+    """
     program = cli_program("codex")
     monkeypatch.setenv(_BIN_ENV["codex"], program)
     monkeypatch.setenv(KEY_ENV, KEY)
-    return program
+    base = Path("/var/tmp")
+    if not (base.is_dir() and _open_path(base)):
+        yield program
+        return
+    state = Path(tempfile.mkdtemp(prefix="code-runner-e2e-", dir=base))
+    state.chmod(0o755)
+    monkeypatch.setenv("CODE_RUNNER_STATE_DIR", str(state))
+    try:
+        yield program
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture
