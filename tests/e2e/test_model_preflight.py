@@ -157,7 +157,8 @@ def test_doctor_lists_backends_keys_by_name_and_reachability(
         tmp_path / "config.toml",
         {
             "up": fast_backend(server),
-            "down": {
+            "down": {**fast_backend(server), "base_url": f"http://127.0.0.1:{closed_port()}/v1"},
+            "unkeyed": {
                 **fast_backend(server),
                 "base_url": f"http://127.0.0.1:{closed_port()}/v1",
                 "api_key_env": "CR_TEST_UNSET_KEY",
@@ -173,11 +174,14 @@ def test_doctor_lists_backends_keys_by_name_and_reachability(
     report = json.loads(proc.stdout)["model_backends"]
     assert report["config"] == str(config)
     backends = report["backends"]
-    assert set(backends) == {"openai", "up", "down", "keyless"}
+    assert set(backends) == {"openai", "up", "down", "unkeyed", "keyless"}
     assert backends["up"] | {"problem": None} == backends["up"]
     assert (backends["up"]["key_set"], backends["up"]["reachable"]) == (True, True)
-    assert (backends["down"]["key_set"], backends["down"]["reachable"]) == (False, False)
+    assert (backends["down"]["key_set"], backends["down"]["reachable"]) == (True, False)
     assert "does not answer" in backends["down"]["problem"]
+    # a backend whose key is not set is never contacted (no traffic to an unusable endpoint)
+    assert (backends["unkeyed"]["key_set"], backends["unkeyed"]["reachable"]) == (False, None)
+    assert "not contacted" in backends["unkeyed"]["problem"]
     assert backends["keyless"]["api_key_env"] is None and backends["keyless"]["key_set"] is None
     text = run_cli("doctor").stdout
     assert "up (openai, model scripted-model)" in text and f"${KEY_ENV} set" in text

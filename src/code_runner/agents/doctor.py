@@ -37,6 +37,11 @@ def _entry(name: str, settings: config.ProviderSettings) -> dict[str, Any]:
     }
     if isinstance(settings, config.OpenAIBackend):
         entry["base_url"] = effective_base_url(settings)
+        if variable and not key.strip():
+            # without its key the backend cannot be used; do not contact its endpoint
+            entry["reachable"] = None
+            entry["problem"] = f"{variable} is not set, so the endpoint was not contacted"
+            return entry
         problem = probe(settings, key or None, timeout_s=PROBE_TIMEOUT_S)
         entry["reachable"] = problem is None
         entry["problem"] = problem
