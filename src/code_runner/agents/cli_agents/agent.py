@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext, ToolRunner
 from code_runner.agents.cli_agents import contract, supervisor, tmux
-from code_runner.agents.cli_agents.settings import CliKind, CliSettings
+from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
 from code_runner.agents.cli_agents.translate import Translator
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
@@ -106,6 +106,25 @@ def preflight_program(settings: CliSettings) -> str:
             fix=f"{hint}; `code-runner doctor` shows what is found.",
         )
     return found
+
+
+def named_settings(
+    kind: CliKind, arg: str | None, *, source_dir: Path | None, name: str
+) -> CliSettings:
+    """Settings for `kind` from its argument, or from the config entry `name` names."""
+    return resolve(
+        kind, arg, source_dir=source_dir, config_name=name if name != kind.value else None
+    )
+
+
+def vendor_agent(
+    kind: CliKind, flavor: Flavor, arg: str | None, *, source_dir: Path | None, name: str
+) -> CliAgent:
+    """A Codex or Claude Code backend, after its program and key pass preflight."""
+    settings = named_settings(kind, arg, source_dir=source_dir, name=name)
+    program = preflight_program(settings)
+    preflight_key(settings)
+    return CliAgent(flavor, settings, program=program)
 
 
 def preflight_key(settings: CliSettings) -> None:

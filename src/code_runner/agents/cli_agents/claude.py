@@ -19,10 +19,9 @@ from typing import Any
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
-    preflight_key,
-    preflight_program,
+    vendor_agent,
 )
-from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
+from code_runner.agents.cli_agents.settings import CliKind, CliSettings
 from code_runner.agents.cli_agents.translate import ClaudeTranslator, Translator
 from code_runner.events import EventSink
 
@@ -112,12 +111,4 @@ def from_arg(
     **_context: object,
 ) -> CliAgent:
     """The registry's factory: `claude-cli[:OPTIONS]` (see `settings`)."""
-    settings = resolve(
-        CliKind.CLAUDE,
-        arg,
-        source_dir=source_dir,
-        config_name=name if name != CliKind.CLAUDE.value else None,
-    )
-    program = preflight_program(settings)
-    preflight_key(settings)
-    return CliAgent(ClaudeFlavor(), settings, program=program)
+    return vendor_agent(CliKind.CLAUDE, ClaudeFlavor(), arg, source_dir=source_dir, name=name)

@@ -19,10 +19,9 @@ from typing import Any
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
-    preflight_key,
-    preflight_program,
+    vendor_agent,
 )
-from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
+from code_runner.agents.cli_agents.settings import CliKind, CliSettings
 from code_runner.agents.cli_agents.translate import CodexTranslator, Translator
 from code_runner.events import EventSink
 
@@ -125,12 +124,4 @@ def from_arg(
     **_context: object,
 ) -> CliAgent:
     """The registry's factory: `codex-cli[:OPTIONS]` (see `settings`)."""
-    settings = resolve(
-        CliKind.CODEX,
-        arg,
-        source_dir=source_dir,
-        config_name=name if name != CliKind.CODEX.value else None,
-    )
-    program = preflight_program(settings)
-    preflight_key(settings)
-    return CliAgent(CodexFlavor(), settings, program=program)
+    return vendor_agent(CliKind.CODEX, CodexFlavor(), arg, source_dir=source_dir, name=name)

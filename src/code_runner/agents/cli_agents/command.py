@@ -22,10 +22,11 @@ from typing import Any
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
+    named_settings,
     preflight_key,
     preflight_program,
 )
-from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
+from code_runner.agents.cli_agents.settings import CliKind, CliSettings
 from code_runner.agents.cli_agents.translate import PlainTranslator, Translator
 from code_runner.events import EventSink
 
@@ -94,12 +95,7 @@ def from_arg(
     **_context: object,
 ) -> CliAgent:
     """The registry's factory: `command:[OPTIONS --] PROGRAM ARGS...`."""
-    settings = resolve(
-        CliKind.COMMAND,
-        arg,
-        source_dir=source_dir,
-        config_name=name if name != CliKind.COMMAND.value else None,
-    )
+    settings = named_settings(CliKind.COMMAND, arg, source_dir=source_dir, name=name)
     if base_dir is not None and not os.path.isabs(settings.program) and os.sep in settings.program:
         settings = _anchored(settings, base_dir)
     program = preflight_program(settings)
