@@ -22,7 +22,7 @@ from typing import Any
 import click
 import psutil
 
-from code_runner import fsx, runs_summary
+from code_runner import fsx, proc, runs_summary
 from code_runner.cli import render
 from code_runner.cli.inspect_cmd import locate
 from code_runner.errors import EnvironmentProblem, RecordError, UsageError
@@ -150,18 +150,13 @@ def _tmux_info(paths: RecordPaths) -> dict[str, Any]:
 def _has_session(socket: str, session: str) -> bool:
     if not Path(socket).exists():
         return False
-    try:
-        result = subprocess.run(
-            ["tmux", "-S", socket, "has-session", "-t", session],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return result.returncode == 0
+    result = proc.capture(
+        ["tmux", "-S", socket, "has-session", "-t", session],
+        cwd=None,
+        env=dict(os.environ),
+        timeout_s=10,
+    )
+    return result.ok
 
 
 @click.command("attach")
