@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from code_runner import fsx, proc, runner, spec
-from code_runner.agents.openai_client import OpenAIChatClient
-from code_runner.agents.openai_loop import ModelLoopAgent
+from code_runner import files, proc, runner
+from code_runner.agents.model.client import OpenAIChatClient
+from code_runner.agents.model.loop import ModelLoopAgent
+from code_runner.task import validate_spec_data
 from code_runner.testing.chat_completions import ChatCompletions, Turn, call
 from code_runner.testing.scripted_server import ScriptedServer
 from code_runner.tools import Toolbox
@@ -105,7 +106,7 @@ def one_run(root: Path, turns: int) -> dict[str, Any]:
             f'"{server.base_url}"\nmodel = "m"\napi_key_env = ""\n'
         )
         os.environ["CODE_RUNNER_CONFIG"] = str(config)
-        task = spec.validate_spec_data(
+        task = validate_spec_data(
             {
                 "task_id": "loop",
                 "title": "loop bench",
@@ -123,7 +124,7 @@ def one_run(root: Path, turns: int) -> dict[str, Any]:
         pre = runner.preflight(task, base_dir=root)
         runner.run_task(pre)
         requests = server.stream_requests()
-    events = fsx.read_jsonl(root / "out" / "loop.events.jsonl")
+    events = files.read_jsonl(root / "out" / "loop.events.jsonl")
     tool_s = [
         e["details"]["duration_s"]
         for e in events

@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from code_runner import runner, spec
+from code_runner import runner
+from code_runner.task import load_spec
 
 GIT_ENV = {
     "PATH": os.environ["PATH"],
@@ -88,7 +89,7 @@ def make_task(root: Path, repo: Path, n: int) -> Path:
 def time_runner(root: Path, repo: Path, n: int) -> float:
     task_path = make_task(root, repo, n)
     started = time.perf_counter()
-    task = spec.load_spec(task_path)
+    task = load_spec(task_path)
     outcome = runner.run_task(runner.preflight(task, base_dir=root))
     elapsed = time.perf_counter() - started
     assert outcome.passed, outcome.result

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from code_runner import gitx, proc, runner, sandbox, workspace
+from code_runner import proc, runner, sandbox, workspace
+from code_runner.repo import git
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,12 +30,12 @@ REPO = Path(__file__).resolve().parent.parent
 def _workspace(root: Path) -> workspace.Workspace:
     source = root / "source"
     source.mkdir()
-    env = {**gitx.hardened_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x"}
+    env = {**git.hardened_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x"}
     env |= {"GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
     (source / "a.txt").write_text("a\n")
     for argv in (["init", "-q"], ["add", "a.txt"], ["commit", "-qm", "init"]):
         subprocess.run(["git", *argv], cwd=source, env=env, check=True)
-    repo = gitx.open_source(source)
+    repo = git.open_source(source)
     return workspace.create(repo, repo.out("rev-parse", "HEAD"), run_id="bench-sandbox")
 
 

@@ -113,3 +113,9 @@ class Interrupted(CodeRunnerError):
     """SIGINT or SIGTERM arrived; cleanup has run."""
 
     exit_code = 130
+
+
+class IllegalTransition(CodeRunnerError):
+    """A run tried to move between two states its state table does not connect: a bug."""
+
+    exit_code = 70

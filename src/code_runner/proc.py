@@ -1,4 +1,4 @@
-"""THE way code-runner starts a subprocess.
+"""How code-runner starts, bounds and ends a subprocess, and how it meets signals.
 
 Every child gets its own session (so a timeout can signal the whole group), stdin from
 /dev/null, and a token in its environment so that descendants which `setsid` away can still
@@ -21,14 +21,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import psutil
 
 TIMEOUT_EXIT_CODE = 124
 TOKEN_ENV = "CODE_RUNNER_PROC_TOKEN"  # noqa: S105 (a name, not a secret)
+RUN_ID_ENV = "CODE_RUNNER_RUN_ID"  # set in every agent command and DoD by the runner
 DEFAULT_GRACE_S = 2.0
 DEFAULT_HEAD_BYTES = 8 * 1024
 DEFAULT_TAIL_BYTES = 24 * 1024
@@ -314,6 +316,59 @@ def signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def signals_as_interrupt(
+    make_error: Callable[[str], BaseException],
+    *,
+    signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+    on_signal: Callable[[str], None] = lambda _name: None,
+    ignore: Callable[[], bool] = lambda: False,
+) -> Iterator[None]:
+    """The first of `signals` raises `make_error(name)`, so `finally` blocks run cleanup.
+
+    A repeat during cleanup is reported to `on_signal` and otherwise ignored: cleanup must
+    finish. So is any signal while `ignore()` (a stop already being honoured). In a thread
+    other than the main one, Python cannot install handlers: a no-op.
+    """
+    received: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        on_signal(name)
+        if received or ignore():
+            return
+        received.append(signum)
+        raise make_error(name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in signals}
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def kill_run_processes(run_id: str, *, grace_s: float = 2.0) -> tuple[int, ...]:
+    """Kill processes a dead run left running (they carry its id in their environment)."""
+    found: list[psutil.Process] = []
+    for candidate in psutil.process_iter():
+        try:
+            if candidate.environ().get(RUN_ID_ENV) == run_id:
+                found.append(candidate)
+        except (psutil.Error, OSError):
+            continue
+    for victim in found:
+        with contextlib.suppress(psutil.Error):
+            victim.kill()
+    psutil.wait_procs(found, timeout=grace_s)
+    return tuple(sorted(p.pid for p in found))
 
 
 class Spawned:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from code_runner import fsx
+from code_runner import files
 from code_runner.cli.boundary import run_cli as invoke
 from code_runner.cli.main import cli
 from code_runner.testing.chat_completions import ToolCall, Turn, call
@@ -81,10 +81,10 @@ class ModelRun:
         return data
 
     def transcript(self) -> list[dict[str, Any]]:
-        return fsx.read_jsonl(self.out / f"{self.task_id}.transcript.jsonl")
+        return files.read_jsonl(self.out / f"{self.task_id}.transcript.jsonl")
 
     def events(self) -> list[dict[str, Any]]:
-        return fsx.read_jsonl(self.out / f"{self.task_id}.events.jsonl")
+        return files.read_jsonl(self.out / f"{self.task_id}.events.jsonl")
 
     def patch(self) -> bytes:
         return (self.out / f"{self.task_id}.patch").read_bytes()

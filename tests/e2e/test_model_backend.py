@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from code_runner.agents.prompts import NUDGE
+from code_runner.agents.model.prompts import NUDGE
 from code_runner.testing.chat_completions import ChatCompletions, Usage
 from code_runner.testing.scripted_server import Fail, Reply, ScriptedServer
 from tests.e2e.model_helpers import (

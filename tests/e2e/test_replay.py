@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from code_runner import fsx
+from code_runner import files
 from code_runner.cli.boundary import run_cli as invoke
 from code_runner.cli.main import cli
 from code_runner.cli.replay_cmd import comparable
@@ -27,7 +27,7 @@ FIXTURES = sorted(p.name for p in RECORDED.iterdir() if (p / "source.json").is_f
 def tool_calls(transcript: Path) -> list[tuple[int, str, str]]:
     return [
         (e["round"], c["name"], c["arguments"])
-        for e in fsx.read_jsonl(transcript)
+        for e in files.read_jsonl(transcript)
         if e["kind"] == "response"
         for c in e["tool_calls"]
     ]
@@ -89,7 +89,7 @@ def test_replay_of_a_fresh_recording_in_a_real_process_with_no_server(
     replayed = run.out / "replay"
     assert (replayed / "fix-calc.patch").read_bytes() == run.patch()
     assert result(replayed / "fix-calc.result.json")["status"] == "passed"
-    session = fsx.read_jsonl(replayed / "fix-calc.transcript.jsonl")[0]
+    session = files.read_jsonl(replayed / "fix-calc.transcript.jsonl")[0]
     assert session["backend"] == "replay" and session["recorded_backend"] == "scripted-llm"
 
 

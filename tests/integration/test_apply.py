@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 
-from code_runner import apply, fsx, gitx, policy, runner, snapshot
-from code_runner import spec as spec_mod
+from code_runner import apply, files, runner
+from code_runner import task as spec_mod
 from code_runner.apply import journal
 from code_runner.events import ListSink
 from code_runner.record import RecordPaths
-from code_runner.spec import DefinitionOfDone
+from code_runner.repo import git as repo_git
+from code_runner.repo import snapshot
+from code_runner.task import DefinitionOfDone, paths
 from tests.conftest import git, make_repo
 from tests.helpers import FIXED_BOTH, PY, cmd, fingerprint, write, write_task
 
@@ -147,7 +149,7 @@ def test_source_dod_failure_rolls_back_byte_for_byte(tmp_path: Path, case: str) 
     log = (tmp_path / "out/fix-calc.verifier.log").read_text()
     source_section = log.split("===== source =====")[1]
     assert "change-present=True in-source=True" in source_section  # the DoD saw the patch
-    kinds = [e["kind"] for e in fsx.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")]
+    kinds = [e["kind"] for e in files.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")]
     order = [
         "apply_started",
         "apply_journaled",
@@ -377,13 +379,13 @@ def _request(root: Path, source: Path, result: dict[str, Any], **kw: Any) -> app
     """An apply request for a finished run's record (what `code-runner apply` builds)."""
     request = json.loads((root / "out/fix-calc.request.json").read_text())["spec"]
     defaults: dict[str, Any] = {
-        "source": gitx.open_source(source),
+        "source": repo_git.open_source(source),
         "run_id": result["run_id"],
         "task_id": "fix-calc",
         "title": request["title"],
         "base": result["base"],
         "patch": (root / "out/fix-calc.patch").read_bytes(),
-        "allowlist": policy.Allowlist.parse(request["allowlist"]),
+        "allowlist": paths.Allowlist.parse(request["allowlist"]),
         "dod": DefinitionOfDone.model_validate(request["definition_of_done"]),
         "env": {"PATH": os.environ["PATH"], "HOME": str(root)},
         "record": RecordPaths(root / "out", "fix-calc"),
@@ -550,7 +552,7 @@ def test_snapshot_after_commit_names_nothing_but_the_commit(tmp_path: Path) -> N
         predicate="'a * b' in open('calc.py').read()",
         extra=(),
     )
-    pre = snapshot.take(gitx.open_source(source))
+    pre = snapshot.take(repo_git.open_source(source))
     outcome = apply.apply_patch(_request(tmp_path, source, result, commit=True), ListSink())
     assert outcome.ok and outcome.unexpected == ()
     assert outcome.post is not None and outcome.post.status == pre.status

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from code_runner import fsx
+from code_runner import files
 from tests.conftest import git
 from tests.helpers import FIXED_BOTH, PY, fingerprint, run_cli, write
 from tests.integration.test_apply import (
@@ -90,9 +90,9 @@ def test_check_then_commit_with_author_then_refuse_a_second_decision(tmp_path: P
     assert record["source_commit"] == git(source, "rev-parse", "HEAD").strip()
     assert record["source_dod_passed"] is True and record["source_rollback_applied"] is False
     assert record["patch_sha256"] == result["patch_sha256"]
-    kinds = [e["kind"] for e in fsx.read_jsonl(out / "fix-calc.events.jsonl")]
+    kinds = [e["kind"] for e in files.read_jsonl(out / "fix-calc.events.jsonl")]
     assert kinds[-1] == "apply_finished" and "source_committed" in kinds
-    seqs = [e["seq"] for e in fsx.read_jsonl(out / "fix-calc.events.jsonl") if "seq" in e]
+    seqs = [e["seq"] for e in files.read_jsonl(out / "fix-calc.events.jsonl") if "seq" in e]
     assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
 
     again = run_cli("apply", str(out))
@@ -149,7 +149,7 @@ def test_reject_marks_the_record_and_apply_then_refuses(
     assert proc.returncode == 0, proc.stderr
     record = json.loads((out / "fix-calc.result.json").read_text())
     assert record["decision"] == "rejected" and record["decision_reason"] == "not what I wanted"
-    events = fsx.read_jsonl(out / "fix-calc.events.jsonl")
+    events = files.read_jsonl(out / "fix-calc.events.jsonl")
     assert events[-1]["kind"] == "run_rejected"
     assert "already rejected" in invoke(capsys, "reject", str(out)).stdout
     proc = invoke(capsys, "apply", str(out))
@@ -212,7 +212,7 @@ def test_an_apply_killed_during_the_dod_is_repaired_by_the_next_apply(tmp_path: 
     assert "repaired an interrupted apply: rolled back" in again.stdout
     assert git(source, "rev-parse", "HEAD~1").strip() == before["head"].strip()
     assert git(source, "status", "--porcelain=v1", "--untracked-files=all") == before["status"]
-    kinds = [e["kind"] for e in fsx.read_jsonl(out / "fix-calc.events.jsonl")]
+    kinds = [e["kind"] for e in files.read_jsonl(out / "fix-calc.events.jsonl")]
     assert "apply_repaired" in kinds and kinds[-1] == "apply_finished"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from code_runner import dirs, fsx
+from code_runner import dirs, files
 from tests.conftest import git, make_repo
 from tests.helpers import (
     FIXED_ADD,
@@ -70,7 +70,7 @@ def test_pass_leaves_source_identical_and_a_complete_record(tmp_path: Path) -> N
     assert [c["path"] for c in result["changed_files"]] == ["calc.py"]
     status = json.loads((out / "fix-calc.status.json").read_text())
     assert status["state"] == "passed" and status["terminal"] and status["schema_version"] == 1
-    events = fsx.read_jsonl(out / "fix-calc.events.jsonl")
+    events = files.read_jsonl(out / "fix-calc.events.jsonl")
     states = [e["to_state"] for e in events if e["kind"] == "state_changed"]
     assert states[0] == "preparing" and states[-1] == "passed"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
@@ -112,7 +112,7 @@ def test_already_satisfied_never_calls_the_agent(tmp_path: Path) -> None:
     result = load_result(tmp_path / "out")
     assert result["status"] == "already_satisfied"
     assert result["rounds"] == 0
-    events = fsx.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")
+    events = files.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")
     assert not [e for e in events if e["kind"] in ("agent_started", "tool_call")]
     assert (tmp_path / "out/fix-calc.patch").read_bytes() == b""
 
@@ -236,7 +236,7 @@ def test_commands_cannot_change_the_source(tmp_path: Path) -> None:
     spec = write_task(tmp_path, source, rounds, sandbox="off")  # the policy's test
     proc = run_cli("run", str(spec))
     assert proc.returncode == 0, proc.stderr
-    events = fsx.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")
+    events = files.read_jsonl(tmp_path / "out/fix-calc.events.jsonl")
     blocked = [
         e for e in events if e["kind"] == "tool_result" and e.get("error") == "BLOCKED_COMMAND"
     ]
@@ -348,7 +348,7 @@ def test_a_crash_still_removes_the_workspace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from code_runner import runner, verify
-    from code_runner import spec as spec_mod
+    from code_runner import task as spec_mod
 
     source = calc_repo(tmp_path)
     spec_path = write_task(tmp_path, source, [[write("calc.py", FIXED_BOTH)]])

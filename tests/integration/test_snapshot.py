@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from code_runner import gitx, snapshot
+from code_runner.repo import git as repo_git
+from code_runner.repo import snapshot
 from tests.conftest import git, make_repo
 
 
@@ -49,7 +50,7 @@ CHANGES: dict[str, Callable[[Path], None]] = {
 
 @pytest.mark.parametrize("name", sorted(CHANGES))
 def test_every_kind_of_change_is_named(source: Path, name: str) -> None:
-    repo = gitx.open_source(source)
+    repo = repo_git.open_source(source)
     before = snapshot.take(repo)
     assert snapshot.differences(before, snapshot.take(repo)) == []
     CHANGES[name](source)
@@ -63,7 +64,7 @@ def test_taking_a_snapshot_writes_nothing(source: Path) -> None:
     (source / "dir/b.py").touch()  # stat-dirty: a plain `git status` would rewrite the index
     before_bytes = index.read_bytes()
     before_mtime = index.stat().st_mtime_ns
-    snapshot.take(gitx.open_source(source))
+    snapshot.take(repo_git.open_source(source))
     assert index.read_bytes() == before_bytes
     assert index.stat().st_mtime_ns == before_mtime
 
@@ -72,5 +73,5 @@ def test_unborn_repo(tmp_path: Path) -> None:
     repo_dir = tmp_path / "empty"
     repo_dir.mkdir()
     git(repo_dir, "init", "-q")
-    snap = snapshot.take(gitx.open_source(repo_dir))
+    snap = snapshot.take(repo_git.open_source(repo_dir))
     assert snap.head is None

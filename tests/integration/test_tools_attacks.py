@@ -13,11 +13,12 @@ from typing import Any
 import psutil
 import pytest
 
-from code_runner.agents.base import RoundContext, ToolErrorCode, ToolResult
+from code_runner.agents.base import RoundContext
 from code_runner.agents.scripted import ScriptedAgent, load_script
 from code_runner.events import EventKind, ListSink
-from code_runner.policy import Allowlist
+from code_runner.task.paths import Allowlist
 from code_runner.tools import Toolbox
+from code_runner.tools.base import ToolErrorCode, ToolResult
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file")
 

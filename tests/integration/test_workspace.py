@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from code_runner import gitx, policy, snapshot, workspace
+from code_runner import workspace
+from code_runner.repo import git as repo_git
+from code_runner.repo import snapshot
+from code_runner.task import paths
 from tests.conftest import git, make_repo
 
 
@@ -29,14 +32,14 @@ def source(tmp_path: Path) -> Path:
 
 
 def make_ws(source: Path, run_id: str = "t1") -> workspace.Workspace:
-    repo = gitx.open_source(source)
-    base = gitx.head_commit(repo)
+    repo = repo_git.open_source(source)
+    base = repo_git.head_commit(repo)
     assert base
     return workspace.create(repo, base, run_id=run_id)
 
 
 def test_create_checks_out_base_and_leaves_source_identical(source: Path) -> None:
-    repo = gitx.open_source(source)
+    repo = repo_git.open_source(source)
     before = snapshot.take(repo)
     ws = make_ws(source)
     assert (ws.work_tree / "src/app.py").read_text() == "x = 1\n"
@@ -84,11 +87,11 @@ def test_no_hook_fsmonitor_or_filter_of_the_source_runs(source: Path, tmp_path: 
     )
     if marker.exists():
         marker.unlink()
-    repo = gitx.open_source(source)
+    repo = repo_git.open_source(source)
     before = snapshot.take(repo)
     ws = make_ws(source)
     (ws.work_tree / "src/app.py").write_text("x = 2\n")
-    audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), workspace.git_state(ws))
+    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), workspace.git_state(ws))
     assert [c.path for c in audit.allowed] == ["src/app.py"]
     patch = workspace.export_patch(ws)
     assert b"x = 2" in patch
@@ -108,7 +111,7 @@ def test_audit_reads_every_kind_of_change(source: Path) -> None:
     (wt / "src/new/deep.py").write_text("z = 3\n")  # added in a new directory
     (wt / "bin/tool.sh").chmod(0o755)  # mode change
     (wt / "data/blob.bin").write_bytes(bytes(range(255, -1, -1)) * 4)  # binary
-    allow = policy.Allowlist.parse(["src", "bin/tool.sh", "data"])
+    allow = paths.Allowlist.parse(["src", "bin/tool.sh", "data"])
     audit = workspace.audit(ws, allow, before)
     kinds = {c.path: c.kind for c in audit.allowed}
     assert kinds == {
@@ -131,7 +134,7 @@ def test_changes_outside_the_allowlist_are_dropped_segment_aware(source: Path) -
     (wt / "README.md").write_text("rewritten\n")
     (wt / "docs/guide.md").unlink()
     (wt / "conftest.py").write_text("import sys; sys.exit(0)\n")
-    audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), before)
+    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
     assert [c.path for c in audit.allowed] == ["src/app.py"]
     dropped = {r.change.path for r in audit.rejected}
     assert dropped == {"src_evil/x.py", "README.md", "docs/guide.md", "conftest.py"}
@@ -148,7 +151,7 @@ def test_untracked_and_ignored_leftovers_are_removed(source: Path) -> None:
     (ws.work_tree / "debug.log").write_text("ignored leftover\n")
     (ws.work_tree / "src/__pycache__").mkdir()
     (ws.work_tree / "src/__pycache__/app.pyc").write_bytes(b"\0")
-    audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), before)
+    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
     assert audit.allowed == ()
     assert not (ws.work_tree / "debug.log").exists()
     assert not (ws.work_tree / "src/__pycache__").exists()
@@ -161,7 +164,7 @@ def test_dot_git_spellings_are_refused_and_removed(source: Path, name: str) -> N
     target = ws.work_tree / "src" / name
     target.mkdir()
     (target / "config").write_text("[core]\n\thooksPath = /tmp\n")
-    audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), before)
+    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
     assert audit.allowed == ()
     assert any(r.refused for r in audit.rejected)
     assert not target.exists()
@@ -179,7 +182,7 @@ def test_symlinks_gitlinks_and_gitmodules_are_refused(source: Path, tmp_path: Pa
     git(nested, "add", "-A")
     git(nested, "commit", "-q", "-m", "nested")
     (wt / "src/.gitmodules").write_text('[submodule "x"]\n\tpath = x\n\turl = /tmp/x\n')
-    audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), before)
+    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
     reasons = {r.change.path: r.reason for r in audit.rejected}
     assert "symlink" in reasons["src/link.py"]
     assert "nested" in reasons["src/nested"]
@@ -198,7 +201,7 @@ def test_gitlink_via_git_file_is_refused(source: Path, tmp_path: Path) -> None:
     sub = ws.work_tree / "src/sub"
     sub.mkdir()
     (sub / ".git").write_text(f"gitdir: {other / '.git'}\n")
-    audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), before)
+    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
     assert all(not c.is_gitlink for c in audit.allowed)
     assert any(r.change.path == "src/sub" and r.refused for r in audit.rejected)
     assert not (sub / ".git").exists()
@@ -217,7 +220,7 @@ def test_agent_commit_in_workspace_is_a_violation(source: Path) -> None:
         check=True,
     )
     subprocess.run(["git", "tag", "sneaky"], cwd=ws.work_tree, env=env, check=True)
-    audit = workspace.audit(ws, policy.Allowlist.parse(["src"]), before)
+    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
     assert any("HEAD" in v for v in audit.violations)
     assert any("refs" in v for v in audit.violations)
 
@@ -230,7 +233,7 @@ def test_patch_applies_on_clean_base_and_reproduces_tree(source: Path, tmp_path:
     (wt / "src/util.py").unlink()
     (wt / "src/bin.dat").write_bytes(b"\x00\x01\xff" * 100)
     (wt / "bin/tool.sh").chmod(0o755)
-    workspace.audit(ws, policy.Allowlist.parse(["src", "bin"]), before)
+    workspace.audit(ws, paths.Allowlist.parse(["src", "bin"]), before)
     patch = workspace.export_patch(ws)
     assert workspace.patch_applies_on_base(ws, patch) == (True, "")
     tree = workspace.current_tree(ws)
@@ -244,7 +247,7 @@ def test_patch_applies_on_clean_base_and_reproduces_tree(source: Path, tmp_path:
 def test_restore_tree_goes_back_exactly(source: Path) -> None:
     ws = make_ws(source)
     before = workspace.git_state(ws)
-    allow = policy.Allowlist.parse(["src"])
+    allow = paths.Allowlist.parse(["src"])
     (ws.work_tree / "src/app.py").write_text("best\n")
     workspace.audit(ws, allow, before)
     best = workspace.current_tree(ws)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from code_runner import fsx, runner
-from code_runner import spec as spec_mod
+from code_runner import files, runner
+from code_runner import task as spec_mod
 from tests.helpers import calc_repo, write_task
 
 MODES = ("required", "off")  # the sandbox, and the command policy without it
@@ -91,7 +91,7 @@ def attack(
         root=root,
         source=source,
         result=outcome.result,
-        events=fsx.read_jsonl(out / "fix-calc.events.jsonl"),
+        events=files.read_jsonl(out / "fix-calc.events.jsonl"),
         patch=patch_path.read_text(errors="replace") if patch_path.exists() else "",
     )
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from code_runner.agents.cli_agents import contract
 from code_runner.agents.cli_agents.agent import Invocation, redact
 from code_runner.agents.cli_agents.blockers import BlockerKind, classify
 from code_runner.agents.cli_agents.claude import ClaudeFlavor
@@ -23,7 +22,7 @@ from code_runner.agents.cli_agents.translate import (
 )
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, ListSink
-from code_runner.spec import validate_spec_data
+from code_runner.task import contract, validate_spec_data
 from code_runner.verify import Verdict
 
 # --- the contract ---------------------------------------------------------------------

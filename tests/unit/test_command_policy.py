@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from code_runner.policy import check_command
+from code_runner.tools.command_policy import check_command
 
 SOURCE = Path("/src/repo")
 WS = Path("/state/ws/wt")

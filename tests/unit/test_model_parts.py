@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from code_runner import config
-from code_runner.agents.arguments import parse_arguments
 from code_runner.agents.base import BudgetKind
-from code_runner.agents.budget import Budget
-from code_runner.agents.openai_client import retry_after_s
-from code_runner.agents.transcript import (
+from code_runner.agents.model.arguments import parse_arguments
+from code_runner.agents.model.budget import Budget
+from code_runner.agents.model.client import retry_after_s
+from code_runner.agents.model.transcript import (
     FailureKind,
     ModelError,
     ModelTurn,

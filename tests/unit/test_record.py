@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from code_runner import fsx
+from code_runner import files
+from code_runner.errors import IllegalTransition
 from code_runner.events import EventKind
 from code_runner.record import (
     TERMINAL_STATES,
     TRANSITIONS,
-    IllegalTransition,
     RunRecord,
     RunState,
 )
@@ -26,7 +26,7 @@ def test_each_transition_is_one_event_and_a_fresh_status(tmp_path: Path) -> None
     record = RunRecord.open(tmp_path, "t", "run-1", max_rounds=3)
     record.transition(RunState.PREPARING, step="create")
     record.transition(RunState.BASELINE)
-    events = fsx.read_jsonl(record.paths.events)
+    events = files.read_jsonl(record.paths.events)
     assert [e["to_state"] for e in events] == ["preparing", "baseline"]
     status = json.loads(record.paths.status.read_text())
     assert status["state"] == "baseline" and status["terminal"] is False
@@ -49,7 +49,7 @@ def test_listeners_see_events_and_seq_increases(tmp_path: Path) -> None:
     record.emit(EventKind.ROUND_STARTED)
     record.emit(EventKind.ROUND_FINISHED)
     assert seen == ["round_started", "round_finished"]
-    assert [e["seq"] for e in fsx.read_jsonl(record.paths.events)] == [1, 2]
+    assert [e["seq"] for e in files.read_jsonl(record.paths.events)] == [1, 2]
 
 
 def test_reopening_clears_an_earlier_run(tmp_path: Path) -> None:
@@ -58,12 +58,12 @@ def test_reopening_clears_an_earlier_run(tmp_path: Path) -> None:
     record.write_result({"status": "passed"})
     again = RunRecord.open(tmp_path, "t", "run-2", max_rounds=1)
     assert not again.paths.result.exists()
-    assert fsx.read_jsonl(again.paths.events) == []
+    assert files.read_jsonl(again.paths.events) == []
 
 
 def test_torn_jsonl_line_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "e.jsonl"
-    fsx.append_jsonl(path, {"a": 1})
+    files.append_jsonl(path, {"a": 1})
     with path.open("a") as f:
         f.write('{"b": ')
-    assert fsx.read_jsonl(path) == [{"a": 1}]
+    assert files.read_jsonl(path) == [{"a": 1}]

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from code_runner import agents
-from code_runner.agents.base import AgentStop, RoundContext, ToolResult, ToolSpec
+from code_runner.agents.base import AgentStop, RoundContext
 from code_runner.agents.scripted import Script, ScriptedAgent, load_script
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, ListSink
-from code_runner.policy import Allowlist
+from code_runner.task.paths import Allowlist
 from code_runner.tools import Toolbox
+from code_runner.tools.base import ToolResult, ToolSpec
 
 DEMO_SCRIPT = Path(__file__).parents[2] / "src/code_runner/demo/script.json"
 

@@ -12,8 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from code_runner.errors import SpecError
-from code_runner.policy import Allowlist
-from code_runner.spec import (
+from code_runner.task import (
     DefinitionOfDone,
     DirtyWorktreePolicy,
     TaskSpec,
@@ -22,6 +21,7 @@ from code_runner.spec import (
     spec_to_request,
     validate_spec_data,
 )
+from code_runner.task.paths import Allowlist
 from tests.conftest import git, make_repo
 
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from code_runner.errors import SpecError
-from code_runner.spec import TaskSpec, load_spec, validate_spec_data
+from code_runner.task import TaskSpec, load_spec, validate_spec_data
 from tests.conftest import make_repo
 
 FIELDS = [

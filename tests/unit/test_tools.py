@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from code_runner.agents.base import ToolErrorCode, ToolResult
 from code_runner.events import EventKind, ListSink
-from code_runner.policy import Allowlist
+from code_runner.task.paths import Allowlist
 from code_runner.tools import (
     TOOL_NAMES,
     Toolbox,
@@ -21,6 +20,7 @@ from code_runner.tools import (
     scrub_env,
     search_argv,
 )
+from code_runner.tools.base import ToolErrorCode, ToolResult
 
 
 class Box:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from code_runner import proc
-from code_runner.spec import DefinitionOfDone
+from code_runner.task import DefinitionOfDone
 from code_runner.verify import (
     AssertionKind,
     Verdict,

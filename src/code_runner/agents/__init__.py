@@ -23,15 +23,15 @@ _CLI = "code_runner.agents.cli_agents"
 # name -> "module:function"
 _BACKENDS: dict[str, str] = {
     "scripted": "code_runner.agents.scripted:from_arg",
-    "openai": "code_runner.agents.openai_backend:from_arg",
-    "replay": "code_runner.agents.replay:from_arg",
+    "openai": "code_runner.agents.model.backend:from_arg",
+    "replay": "code_runner.agents.model.replay:from_arg",
     "codex-cli": f"{_CLI}.codex:from_arg",
     "claude-cli": f"{_CLI}.claude:from_arg",
     "command": f"{_CLI}.command:from_arg",
 }
 # a config entry's `kind` -> the factory that builds it (`NAME` from code-runner.toml)
 _KINDS: dict[str, str] = {
-    "openai": "code_runner.agents.openai_backend:from_arg",
+    "openai": "code_runner.agents.model.backend:from_arg",
     "codex-cli": f"{_CLI}.codex:from_arg",
     "claude-cli": f"{_CLI}.claude:from_arg",
     "command": f"{_CLI}.command:from_arg",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from code_runner import config
-from code_runner.agents.openai_client import effective_base_url, probe
+from code_runner.agents.model.client import effective_base_url, probe
 
 PROBE_TIMEOUT_S = 2.0
 

@@ -35,10 +35,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext, ToolRunner
+from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
 from code_runner.errors import UsageError
 from code_runner.events import EventSink
 from code_runner.tools import TOOL_NAMES
+from code_runner.tools.base import ToolRunner
 
 _FORMAT_HINT = (
     'a script is a JSON object {"rounds": [{"calls": [{"tool": NAME, "args": {...}}], '

@@ -10,8 +10,8 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from code_runner import gitx
 from code_runner.errors import ApplyRefused, UsageError
+from code_runner.repo import git
 
 TITLE_MAX_CHARS = 72
 
@@ -88,7 +88,7 @@ def commit_message(title: str, task_id: str, run_id: str) -> str:
     )
 
 
-def _config_value(source: gitx.Repo, key: str) -> str | None:
+def _config_value(source: git.Repo, key: str) -> str | None:
     """`key` as `git commit` in the source would see it: repo config, then the user's."""
     home = Path(os.environ.get("HOME", "/nonexistent"))
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
@@ -104,7 +104,7 @@ def _config_value(source: gitx.Repo, key: str) -> str | None:
     return None
 
 
-def commit_identity(source: gitx.Repo, author: Identity | None) -> Identity | None:
+def commit_identity(source: git.Repo, author: Identity | None) -> Identity | None:
     """`author` when given, else user.name/user.email from the source's git config."""
     if author is not None:
         return author
@@ -114,7 +114,7 @@ def commit_identity(source: gitx.Repo, author: Identity | None) -> Identity | No
     return Identity(name, email.strip("<>"))
 
 
-def update_index(source: gitx.Repo, commit: str, paths: tuple[str, ...]) -> None:
+def update_index(source: git.Repo, commit: str, paths: tuple[str, ...]) -> None:
     """Point the user's index entries for `paths` (and only those) at `commit`."""
     lines = source.run(
         "ls-tree", "-z", "--full-tree", commit, "--", *paths, env={"GIT_LITERAL_PATHSPECS": "1"}
@@ -124,7 +124,7 @@ def update_index(source: gitx.Repo, commit: str, paths: tuple[str, ...]) -> None
         if item:
             meta, _, name = item.partition(b"\t")
             mode, _type, oid = meta.split()
-            present[gitx.decode_path(name)] = mode + b" " + oid
+            present[git.decode_path(name)] = mode + b" " + oid
     zero = b"0 " + b"0" * len(commit)
     info = b"".join(
         present.get(p, zero) + b"\t" + p.encode("utf-8", "surrogateescape") + b"\0" for p in paths
@@ -132,12 +132,12 @@ def update_index(source: gitx.Repo, commit: str, paths: tuple[str, ...]) -> None
     source.run("update-index", "-z", "--index-info", input_bytes=info)
 
 
-def commit_landed(source: gitx.Repo, head_before: str, tree: str) -> str | None:
+def commit_landed(source: git.Repo, head_before: str, tree: str) -> str | None:
     """HEAD, when it is a commit on top of `head_before` holding exactly `tree`; else None.
 
     How a transaction or a repair tells whether its commit made it before something broke.
     """
-    head = gitx.head_commit(source)
+    head = git.head_commit(source)
     if head is None or head == head_before:
         return None
     parent = source.run("rev-parse", "--verify", "--quiet", f"{head}^1", check=False)

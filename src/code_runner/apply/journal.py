@@ -18,8 +18,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from code_runner import dirs, fsx, workspace
-from code_runner.apply import fs
+import code_runner.apply.fs as fs
+from code_runner import dirs, files, workspace
 from code_runner.apply.fs import FileState, Kind
 from code_runner.errors import CodeRunnerError
 
@@ -139,7 +139,7 @@ class Journal:
         }
 
     def save(self) -> None:
-        fsx.atomic_write_json(self.path, self.to_dict(), durable=True)
+        files.atomic_write_json(self.path, self.to_dict(), durable=True)
 
     def move_to(self, phase: Phase, note: str | None = None) -> None:
         self.phase = phase
@@ -194,7 +194,7 @@ def registry_dir() -> Path:
 def register(journal: Journal) -> Path:
     """Point the state dir at an open journal, before it is written, so `gc` can find it."""
     pointer = registry_dir() / f"{journal.run_id}.json"
-    fsx.atomic_write_json(
+    files.atomic_write_json(
         pointer,
         {
             "journal": str(journal.path),

@@ -22,15 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from code_runner import gitx, policy, snapshot
-from code_runner.apply import fs, journal
+import code_runner.apply.fs as fs
+import code_runner.apply.journal as journal
 from code_runner.apply.commit import Identity, commit_identity, commit_message
 from code_runner.apply.fs import FileState, Kind
 from code_runner.errors import ApplyRefused
 from code_runner.record import RecordPaths
+from code_runner.repo import git, snapshot
+from code_runner.task import paths
 
 if TYPE_CHECKING:
-    from code_runner.spec import DefinitionOfDone
+    from code_runner.task import DefinitionOfDone
 
 _IN_PROGRESS = ("MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply")
 
@@ -43,13 +45,13 @@ _REGULAR_MODES = frozenset({"100644", "100755"})
 class ApplyRequest:
     """Everything the apply step needs; built by the runner or from a finished record."""
 
-    source: gitx.Repo
+    source: git.Repo
     run_id: str
     task_id: str
     title: str
     base: str
     patch: bytes
-    allowlist: policy.Allowlist
+    allowlist: paths.Allowlist
     dod: DefinitionOfDone
     env: Mapping[str, str]  # the DoD's environment (private HOME and TMPDIR)
     record: RecordPaths
@@ -125,7 +127,7 @@ class Plan:
         }
 
 
-def common_dir(source: gitx.Repo) -> Path:
+def common_dir(source: git.Repo) -> Path:
     out = source.out("rev-parse", "--path-format=absolute", "--git-common-dir")
     return Path(out)
 
@@ -154,11 +156,11 @@ def _target_mode(git_mode: str, prior: FileState) -> int:
 
 
 def _z_paths(data: bytes) -> list[str]:
-    return [gitx.decode_path(p) for p in data.split(b"\0") if p]
+    return [git.decode_path(p) for p in data.split(b"\0") if p]
 
 
 @contextlib.contextmanager
-def _scratch(source: gitx.Repo) -> Iterator[dict[str, str]]:
+def _scratch(source: git.Repo) -> Iterator[dict[str, str]]:
     """A private index and object directory: planning writes no byte into the source."""
     with tempfile.TemporaryDirectory(prefix="code-runner-apply-") as tmp:
         objects = Path(tmp) / "objects"
@@ -170,13 +172,13 @@ def _scratch(source: gitx.Repo) -> Iterator[dict[str, str]]:
         }
 
 
-def _strict(source: gitx.Repo) -> gitx.Repo:
+def _strict(source: git.Repo) -> git.Repo:
     """The source, with the repo's own `apply.*` leniency switched off."""
     extra = ("-c", "apply.ignoreWhitespace=no", "-c", "apply.whitespace=nowarn")
     return dataclasses.replace(source, overrides=source.overrides + extra)
 
 
-def index_with_patch(source: gitx.Repo, head: str, patch: bytes, env: dict[str, str]) -> str:
+def index_with_patch(source: git.Repo, head: str, patch: bytes, env: dict[str, str]) -> str:
     """Fill the index named by `env` with HEAD + patch; the stderr of a failed apply or ''."""
     source.run("read-tree", head, env=env)
     result = _strict(source).run(
@@ -185,7 +187,7 @@ def index_with_patch(source: gitx.Repo, head: str, patch: bytes, env: dict[str, 
     return "" if result.ok else (result.stderr.decode("utf-8", "replace").strip() or "rejected")
 
 
-def _read_changes(source: gitx.Repo, head: str, env: dict[str, str]) -> list[PathChange]:
+def _read_changes(source: git.Repo, head: str, env: dict[str, str]) -> list[PathChange]:
     fields = source.z(
         "diff-index", "--cached", "--raw", "-z", "--no-renames", "--abbrev=40", head, env=env
     )
@@ -193,7 +195,7 @@ def _read_changes(source: gitx.Repo, head: str, env: dict[str, str]) -> list[Pat
     for i in range(0, len(fields) - 1, 2):
         meta = fields[i].decode().lstrip(":").split()
         changes.append(
-            PathChange(gitx.decode_path(fields[i + 1]), meta[0], meta[1], meta[2], meta[3])
+            PathChange(git.decode_path(fields[i + 1]), meta[0], meta[1], meta[2], meta[3])
         )
     return changes
 
@@ -226,7 +228,7 @@ def prepare(req: ApplyRequest, pre: snapshot.SourceSnapshot) -> Plan:
             fix="finish or abort that operation (`git merge --abort`, `git rebase --abort`), "
             "then apply again.",
         )
-    head = gitx.head_commit(source)
+    head = git.head_commit(source)
     if head is None:
         raise ApplyRefused(
             "the source HEAD has no commit (an unborn branch).",
@@ -297,7 +299,7 @@ def _check_changes(req: ApplyRequest, changes: list[PathChange]) -> None:
         )
     bad: list[str] = []
     for change in changes:
-        problem = policy.path_problem(change.path)
+        problem = paths.path_problem(change.path)
         if problem is not None:
             bad.append(f"{change.path!r} {problem}")
         elif not req.allowlist.allows(change.path):
@@ -313,18 +315,18 @@ def _check_changes(req: ApplyRequest, changes: list[PathChange]) -> None:
         )
 
 
-def _dirty_paths(source: gitx.Repo) -> list[str]:
+def _dirty_paths(source: git.Repo) -> list[str]:
     """Every path `git status` reports (tracked changes, renames' both sides, untracked)."""
     fields = source.z("status", "--porcelain=v1", "-z", "--untracked-files=all",
                       "--ignore-submodules=all")  # fmt: skip
     paths: list[str] = []
     i = 0
     while i < len(fields):
-        entry = gitx.decode_path(fields[i])
+        entry = git.decode_path(fields[i])
         paths.append(entry[3:])
         if entry[:1] in "RC" or entry[1:2] in "RC":
             i += 1
-            paths.append(gitx.decode_path(fields[i]))
+            paths.append(git.decode_path(fields[i]))
         i += 1
     return paths
 

@@ -12,13 +12,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from code_runner import fsx, gitx, workspace
-from code_runner.apply import journal
+import code_runner.apply.journal as journal
+from code_runner import files, workspace
 from code_runner.apply.commit import commit_landed, update_index
 from code_runner.apply.journal import Journal, Phase, apply_lock
+from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError
 from code_runner.events import EventKind, EventSink
-from code_runner.record import RecordPaths, utc_now
+from code_runner.record import RecordPaths
+from code_runner.repo import git
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,15 @@ def repair(path: Path, *, sink: EventSink | None = None, dry_run: bool = False) 
         return Repair(**base, action="closed")
     if dry_run:
         return Repair(**base, action="would repair")
-    from code_runner.cleanup import kill_run_processes  # cleanup imports this module
+    from code_runner.proc import kill_run_processes  # cleanup imports this module
 
     kill_run_processes(j.run_id)  # a DoD still running must not write while we restore
     others = journal.foreign(j)
     if others:
         note = "paths changed by someone else since: " + ", ".join(others)
         return Repair(**base, action="needs you", detail=note + f"; prior copies: {j.prior_dir}")
-    source = gitx.Repo(Path(j.git_dir), Path(j.work_tree))
-    source = gitx.Repo(source.git_dir, source.work_tree, gitx.filter_overrides(source))
+    source = git.Repo(Path(j.git_dir), Path(j.work_tree))
+    source = git.Repo(source.git_dir, source.work_tree, git.filter_overrides(source))
     head = commit_landed(source, j.head_before, j.tree) if j.phase is Phase.COMMITTING else None
     if head is not None:
         update_index(source, head, tuple(e.path for e in j.entries))
@@ -76,7 +78,7 @@ def repair(path: Path, *, sink: EventSink | None = None, dry_run: bool = False) 
 def _note_repair_in_result(j: Journal, action: str) -> None:
     """Record the repair in the run's events and result (when the result exists)."""
     record = RecordPaths(j.path.parent, j.task_id)
-    fsx.append_jsonl(
+    files.append_jsonl(
         record.events,
         {"ts": utc_now(), "run_id": j.run_id, "kind": EventKind.APPLY_REPAIRED.value,
          "journal": str(j.path), "action": action},
@@ -94,7 +96,7 @@ def _note_repair_in_result(j: Journal, action: str) -> None:
         source_apply_error=(result.get("source_apply_error") or "the apply was interrupted")
         + f"; repaired from the journal: {action}",
     )
-    fsx.atomic_write_json(record.result, result)
+    files.atomic_write_json(record.result, result)
 
 
 def repair_stale(

@@ -11,14 +11,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from code_runner import snapshot, verify
-from code_runner.apply import fs, journal
+import code_runner.apply.fs as fs
+import code_runner.apply.journal as journal
+from code_runner import verify
 from code_runner.apply.journal import apply_lock
 from code_runner.apply.plan import ApplyRequest, Plan, prepare
 from code_runner.apply.repair import repair_stale
 from code_runner.apply.transaction import Transaction
 from code_runner.errors import ApplyRefused, CodeRunnerError, Interrupted
 from code_runner.events import EventKind, EventSink
+from code_runner.repo import snapshot
 
 
 @dataclass(frozen=True)

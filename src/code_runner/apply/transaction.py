@@ -14,8 +14,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from code_runner import fsx, gitx, snapshot, verify, workspace
-from code_runner.apply import fs, journal
+import code_runner.apply.fs as fs
+import code_runner.apply.journal as journal
+from code_runner import files, verify, workspace
 from code_runner.apply.commit import commit_landed, commit_message, update_index
 from code_runner.apply.fs import Kind
 from code_runner.apply.journal import Journal, Phase
@@ -23,6 +24,7 @@ from code_runner.apply.plan import ApplyRequest, Plan, common_dir, index_with_pa
 from code_runner.apply.repair import repair
 from code_runner.errors import ApplyRefused, CodeRunnerError
 from code_runner.events import EventKind, EventSink
+from code_runner.repo import git, snapshot
 
 
 class Transaction:
@@ -46,7 +48,7 @@ class Transaction:
             entries=plan.entries,
             dirs=plan.dirs,
             commit_requested=req.commit,
-            pid_started=workspace._process_start(os.getpid()),
+            pid_started=workspace.process_start(os.getpid()),
         )
         self.entered = False
         self.rollback_error: str | None = None  # a rollback that failed; gc retries it
@@ -73,10 +75,10 @@ class Transaction:
                 )
         prior_dir = self.journal.prior_dir
         if prior_dir.exists():
-            workspace.force_rmtree(prior_dir)
+            files.force_rmtree(prior_dir)
         for entry in self.plan.entries:  # prior bytes first: the journal points at them
             if entry.saved is not None:
-                fsx.atomic_write_bytes(prior_dir / entry.saved, self.plan.prior[entry.path])
+                files.atomic_write_bytes(prior_dir / entry.saved, self.plan.prior[entry.path])
         self.journal.save()  # durable, before the first byte of the source changes
         journal.register(self.journal)  # how `gc` finds it if this process dies
         self.entered = True
@@ -239,7 +241,7 @@ class Transaction:
             "commit", "--quiet", "--cleanup=verbatim", "-F", "-",
             input_bytes=message.encode(), env=env, check=False,
         )  # fmt: skip
-        head = gitx.head_commit(source)
+        head = git.head_commit(source)
         if head is None or head == plan.head:
             detail = (result.stderr or result.stdout).decode("utf-8", "replace").strip()
             raise CodeRunnerError(f"git commit (with the source's hooks) failed: {detail[-500:]}")

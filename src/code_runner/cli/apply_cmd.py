@@ -21,9 +21,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from code_runner import apply, finished
-from code_runner.cli import render
+import code_runner.cli.render as render
+from code_runner import apply
+from code_runner.apply import decide
 from code_runner.errors import ApplyRefused, Interrupted, SafetyViolation
+from code_runner.record import finished
 
 _KIND_MARK = {"added": "A", "deleted": "D", "modified": "M", "mode_changed": "T"}
 
@@ -107,7 +109,7 @@ def apply_command(
     identity = apply.Identity.parse(author) if author else None
     if not check:
         sink = finished.RecordEvents(run.paths, run.run_id)
-        repaired = finished.repair_first(run, sink)
+        repaired = decide.repair_first(run, sink)
         if repaired is not None:
             out.print(f"[yellow]repaired an interrupted apply:[/] {repaired.action}")
             if repaired.action == "needs you":
@@ -116,11 +118,11 @@ def apply_command(
                     fix=f"restore those paths by hand, then delete {repaired.journal}.",
                 )
             run = finished.load(run_dir)
-    plan = finished.plan(run, commit=commit, author=identity)
+    plan = decide.plan(run, commit=commit, author=identity)
     _show_plan(out, run, plan, commit=commit, hooks=run_hooks)
     if check:
         out.print("checking the DoD on HEAD + patch in a disposable checkout …")
-        verdict = finished.check_dod(run, plan)
+        verdict = decide.check_dod(run, plan)
         report = {"would_apply": True, "would_pass": verdict.passed, "plan": plan.to_dict()}
         if as_json:
             render.print_json(report | {"verdict": verdict.to_dict()})
@@ -130,7 +132,7 @@ def apply_command(
             out.print("nothing was changed.")
         return 0 if verdict.passed else 1
     with _signals_as_interrupt():
-        outcome = finished.apply_run(
+        outcome = decide.apply_run(
             run, commit=commit, author=identity, run_hooks=run_hooks, sink=sink
         )
     if as_json:
@@ -168,7 +170,7 @@ def _report(out: Console, outcome: apply.ApplyOutcome) -> None:
 def reject_command(run_dir: Path, reason: str | None) -> int:
     """Mark a finished run rejected in its record; it will never be applied."""
     run = finished.load(run_dir)
-    changed = finished.reject(run, reason, finished.RecordEvents(run.paths, run.run_id))
+    changed = decide.reject(run, reason, finished.RecordEvents(run.paths, run.run_id))
     out = render.console()
     out.print(f"run {run.run_id} rejected" if changed else f"run {run.run_id} was already rejected")
     return 0

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import click
 
-from code_runner import gitx, proc, runner, spec
-from code_runner.cli import render
+import code_runner.cli.render as render
+from code_runner import runner
 from code_runner.errors import UsageError
+from code_runner.repo import git
+from code_runner.task import load_spec
 
 _FILES = ("calc.py", "test_calc.py")
 
@@ -32,15 +34,9 @@ def make_demo(root: Path) -> Path:
         (repo / name).write_text(package.joinpath(f"{name}.txt").read_text())
     (root / "script.json").write_text(package.joinpath("script.json").read_text())
     (repo / ".gitignore").write_text("__pycache__/\n")
-    git = gitx.Repo(git_dir=repo / ".git", work_tree=repo)
-    proc.capture(
-        ["git", *gitx.HARDENING, "init", "-q", str(repo)],
-        cwd=root,
-        env=gitx.hardened_env(),
-        timeout_s=60,
-    )
-    git.run("add", "--all")
-    git.run(
+    source = git.init(repo)
+    source.run("add", "--all")
+    source.run(
         "-c",
         "user.name=code-runner demo",
         "-c",
@@ -86,7 +82,7 @@ def demo_command(directory: Path | None) -> int:
     spec_path = make_demo(directory)
     out = render.console(stderr=True)
     out.print(f"demo repo: {directory / 'repo'} (two failing tests; allowlist: calc.py)")
-    task = spec.load_spec(spec_path)
+    task = load_spec(spec_path)
     pre = runner.preflight(task, base_dir=directory)
     outcome = runner.run_task(pre, listeners=[render.ProgressPrinter(out)])
     result = outcome.result

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from code_runner import fsx
-from code_runner.cli import render
+import code_runner.cli.render as render
+from code_runner import files
 from code_runner.errors import RecordError, UsageError
 from code_runner.monitor import render_status
 
@@ -76,7 +76,7 @@ def status_command(target: Path, tail_events: int, as_json: bool) -> int:
         return 0
     status_path, events_path = locate(target)
     status = _load_json(status_path)
-    events = fsx.read_jsonl(events_path)[-tail_events:] if tail_events else []
+    events = files.read_jsonl(events_path)[-tail_events:] if tail_events else []
     if as_json:
         render.print_json({"status": status, "events": events})
         return 0
@@ -106,7 +106,7 @@ def watch_command(target: Path, interval: float, timeout_s: float) -> int:
     started = time.monotonic()
     last = ""
     while True:
-        events = fsx.read_jsonl(events_path)
+        events = files.read_jsonl(events_path)
         for event in events[seen:]:
             out.print(f"{event.get('ts')} {event.get('kind')} round={event.get('round')}")
         seen = len(events)

@@ -10,9 +10,12 @@ from typing import Any
 
 import click
 
-from code_runner import agents, cleanup, dirs, gitx, proc, spec
-from code_runner.cli import render
+import code_runner.cli.render as render
+from code_runner import agents, dirs, proc
 from code_runner.errors import CodeRunnerError
+from code_runner.repo import git
+from code_runner.runner import gc
+from code_runner.task import spec_json_schema
 
 _TOOLS: dict[str, tuple[list[str], str]] = {
     "git": (["git", "--version"], "required: workspaces, audit and patches"),
@@ -29,7 +32,7 @@ def _probe(argv: list[str]) -> dict[str, Any]:
     path = shutil.which(argv[0])
     if path is None:
         return {"found": False, "path": None, "version": None}
-    result = proc.capture(argv, cwd=None, env=gitx.hardened_env(), timeout_s=10)
+    result = proc.capture(argv, cwd=None, env=git.hardened_env(), timeout_s=10)
     text = (result.stdout or result.stderr).decode("utf-8", "replace").strip().splitlines()
     return {"found": True, "path": path, "version": text[0] if text else None, "ok": result.ok}
 
@@ -130,8 +133,8 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
 def gc_command(dry_run: bool, as_json: bool) -> int:
     """Remove workspaces left by killed runs and mark their records abandoned; repair
     patches a killed apply left half-applied in a source (from the apply journal)."""
-    removed = cleanup.collect(dry_run=dry_run)
-    repaired = cleanup.repair_applies(dry_run=dry_run)
+    removed = gc.collect(dry_run=dry_run)
+    repaired = gc.repair_applies(dry_run=dry_run)
     stuck = any(r.action == "needs you" for r in repaired)
     if as_json:
         render.print_json(
@@ -163,5 +166,5 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
 @click.command("schema")
 def schema_command() -> int:
     """Print the JSON Schema of the task spec."""
-    click.echo(json.dumps(spec.spec_json_schema(), indent=2, sort_keys=True))
+    click.echo(json.dumps(spec_json_schema(), indent=2, sort_keys=True))
     return 0

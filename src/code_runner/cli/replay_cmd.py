@@ -16,10 +16,11 @@ from typing import Any
 
 import click
 
-from code_runner import runner, spec
-from code_runner.agents.replay import find_transcript
-from code_runner.cli import render
+import code_runner.cli.render as render
+from code_runner import runner
+from code_runner.agents.model.replay import find_transcript
 from code_runner.errors import RecordError, UsageError
+from code_runner.task import validate_spec_data
 
 # the result fields a replay must reproduce (the rest are times, ids and paths)
 _SAME = ("status", "reason", "dod_passed", "error", "rounds", "best_score", "best_round")
@@ -97,7 +98,7 @@ def replay_command(
     )
     if source is not None:
         data["cwd"] = str(source.expanduser().resolve())
-    task = spec.validate_spec_data(data, base_dir=run_dir, source=str(request_path))
+    task = validate_spec_data(data, base_dir=run_dir, source=str(request_path))
     pre = runner.preflight(task, base_dir=run_dir)
     outcome = runner.run_task(pre)
     recorded_path = run_dir / f"{task.task_id}.result.json"

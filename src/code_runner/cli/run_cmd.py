@@ -8,9 +8,11 @@ from typing import Any
 
 import click
 
-from code_runner import runner, snapshot, spec
-from code_runner.cli import render
+import code_runner.cli.render as render
+from code_runner import runner
 from code_runner.errors import SafetyViolation
+from code_runner.repo import snapshot
+from code_runner.task import load_spec
 
 
 def _overrides(max_rounds: int | None, backend: str | None) -> dict[str, object]:
@@ -51,7 +53,7 @@ def run_command(
     The patch and the full record land in the spec's output_dir. `code-runner stop
     OUTPUT_DIR` ends a run cleanly from another terminal.
     """
-    task = spec.load_spec(spec_path, overrides=_overrides(max_rounds, backend))
+    task = load_spec(spec_path, overrides=_overrides(max_rounds, backend))
     pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
     if tmux is not None:
         from code_runner.agents.cli_agents.agent import supervise_in_tmux
@@ -94,7 +96,7 @@ def run_command(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int:
     """Validate a spec and show what a run would do. Creates nothing."""
-    task = spec.load_spec(spec_path)
+    task = load_spec(spec_path)
     pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
     snap = snapshot.take(pre.source)
     dirty = [line[3:] for line in snap.status]

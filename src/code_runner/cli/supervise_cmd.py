@@ -22,11 +22,12 @@ from typing import Any
 import click
 import psutil
 
-from code_runner import fsx, proc, runs_summary
-from code_runner.cli import render
+import code_runner.cli.render as render
+from code_runner import files, proc
 from code_runner.cli.inspect_cmd import locate
+from code_runner.clock import utc_now
 from code_runner.errors import EnvironmentProblem, RecordError, UsageError
-from code_runner.record import RecordPaths, utc_now
+from code_runner.record import RecordPaths, summary
 
 _POLL_S = 0.2
 
@@ -98,7 +99,7 @@ def stop_command(run_dir: Path, wait_s: float, as_json: bool) -> int:
             "gone: it was killed.",
             fix="run `code-runner gc` to remove its workspace and mark the record abandoned.",
         )
-    fsx.atomic_write_json(
+    files.atomic_write_json(
         paths.stop_request, {"requested_at": utc_now(), "by_pid": os.getpid()}, durable=False
     )
     signalled = False
@@ -213,9 +214,9 @@ def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
     Status is the normalized one (SUCCESS, PARTIAL, BLOCKED_NEEDS_DECISION, FAILED),
     derived from evidence; `mismatch` counts where the worker's claim disagreed.
     """
-    moment = runs_summary.parse_since(since) if since else None
-    lines, skipped = runs_summary.collect(runs_root, since=moment)
-    totals = runs_summary.totals(lines)
+    moment = summary.parse_since(since) if since else None
+    lines, skipped = summary.collect(runs_root, since=moment)
+    totals = summary.totals(lines)
     if as_json:
         render.print_json(
             {"runs": [line.to_dict() for line in lines], "totals": totals, "skipped": skipped}

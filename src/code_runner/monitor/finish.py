@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from code_runner import fsx
+from code_runner import files
 from code_runner.monitor.checks import ProgressCheck
 from code_runner.monitor.collect import collect_outputs, tail_lines
 from code_runner.monitor.criteria import Evidence, judge
@@ -157,8 +157,8 @@ def finish_run(
             "grace_s": spec.grace_s,
         },
     )
-    fsx.atomic_write_text(record.result_path, result.model_dump_json(indent=2) + "\n")
-    fsx.atomic_write_text(record.report_path, render_report(result))
+    files.atomic_write_text(record.result_path, result.model_dump_json(indent=2) + "\n")
+    files.atomic_write_text(record.report_path, render_report(result))
     record.emit(
         MonitorEvent.RUN_FINISHED,
         state=result.state.value,
@@ -179,7 +179,7 @@ def _metric_summaries(watch: OutputWatch, record: RunRecord) -> tuple[MetricSumm
         plot = None
         if len(values) >= 2 and len(summaries) < MAX_PLOTS:
             path = record.plot_path(name)
-            fsx.atomic_write_bytes(path, line_chart(name, points))
+            files.atomic_write_bytes(path, line_chart(name, points))
             plot = path.name
         summaries.append(
             MetricSummary(

@@ -1,7 +1,7 @@
 """The run record of one experiment: a directory of files a person or a tool can read later.
 
 `events.jsonl` gets one line per state change, alert, answer and adjustment (appended whole,
-via `fsx.append_jsonl`); `status.json` is rewritten atomically at every check so a reader
+via `files.append_jsonl`); `status.json` is rewritten atomically at every check so a reader
 never sees half of it; `result.json` and `experiment_result.md` are written once at the end.
 Times in events are monotonic seconds since the record was opened, plus a wall-clock stamp
 for people.
@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from code_runner import fsx
+from code_runner import files
 from code_runner.errors import UsageError
 
 DEFAULT_PARENT = "code-runner-exec"
@@ -82,10 +82,10 @@ class RunRecord:
             "t_s": round(time.monotonic() - self.opened_s, 3),
             **data,
         }
-        fsx.append_jsonl(self.events_path, event)
+        files.append_jsonl(self.events_path, event)
 
     def write_status(self, status: dict[str, Any]) -> None:
-        fsx.atomic_write_json(self.status_path, {"updated_at": utc_now(), **status})
+        files.atomic_write_json(self.status_path, {"updated_at": utc_now(), **status})
 
     def plot_path(self, metric: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in metric)[:60]

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import code_runner.sandbox.cgroups as cgroups
 from code_runner import proc
 from code_runner.errors import PreflightError
-from code_runner.sandbox import cgroups
 from code_runner.sandbox.limits import DEFAULT_LIMITS
 from code_runner.sandbox.profile import SANDBOX_UID, SYSTEM_BIN_PATH, Programs
 from code_runner.sandbox.session import SandboxMode, Session

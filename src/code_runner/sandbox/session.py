@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from code_runner.sandbox import mounts
+import code_runner.sandbox.mounts as mounts
 from code_runner.sandbox.cgroups import CgroupSet, CgroupSupport
 from code_runner.sandbox.limits import ResourceLimits
 from code_runner.sandbox.profile import (

@@ -3,7 +3,7 @@
 `command_argv` and `search_argv` are the only places an agent's argv is built, and
 `CommandTools._spawn` the only place one is started; the OS sandbox wraps the argv there
 (`wrap_argv`), so adding it changes one seam, not every tool. Without a wrapper, the
-command policy (`policy.check_command`) refuses the destructive patterns instead.
+command policy (`command_policy.check_command`) refuses the destructive patterns instead.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Annotated
 
 from pydantic import Field
 
+import code_runner.tools.fsops as fsops
 from code_runner import proc
-from code_runner.agents.base import ToolErrorCode, ToolResult
-from code_runner.policy import check_command
-from code_runner.tools import fsops
+from code_runner.tools.base import ToolErrorCode, ToolResult
+from code_runner.tools.command_policy import check_command
 from code_runner.tools.limits import ToolLimits
 from code_runner.tools.text import clip_line, tail
 

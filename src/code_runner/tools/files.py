@@ -13,9 +13,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from code_runner.agents.base import ToolErrorCode, ToolResult
-from code_runner.policy import Allowlist, path_problem
-from code_runner.tools import fsops
+import code_runner.tools.fsops as fsops
+from code_runner.task.paths import Allowlist, path_problem
+from code_runner.tools.base import ToolErrorCode, ToolResult
 from code_runner.tools.fsops import FsError
 from code_runner.tools.limits import ToolLimits
 from code_runner.tools.text import (

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from code_runner.agents.base import ToolResult, ToolSpec
+from code_runner.tools.base import ToolResult, ToolSpec
 
 ToolFunction = Callable[..., ToolResult]
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from code_runner.agents.base import ToolErrorCode, ToolResult, ToolSpec
 from code_runner.events import EventKind, EventSink
-from code_runner.policy import Allowlist
+from code_runner.task.paths import Allowlist
+from code_runner.tools.base import ToolErrorCode, ToolResult, ToolSpec
 from code_runner.tools.commands import ArgvWrapper, CommandTools
 from code_runner.tools.files import FileTools
 from code_runner.tools.fsops import FsError

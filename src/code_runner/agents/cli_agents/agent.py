@@ -19,13 +19,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext, ToolRunner
-from code_runner.agents.cli_agents import contract, supervisor, tmux
+import code_runner.agents.cli_agents.supervisor as supervisor
+import code_runner.agents.cli_agents.tmux as tmux
+from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
 from code_runner.agents.cli_agents.translate import Translator
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
 from code_runner.record import RecordPaths
+from code_runner.task import contract
+from code_runner.tools.base import ToolRunner
 
 PROMPT_PLACEHOLDER = "<prompt: see {path}>"
 _MAX_ROUND_S = 7 * 86_400.0

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from code_runner import gitx, proc
+from code_runner import proc
 from code_runner.agents.cli_agents.agent import find_program
 from code_runner.agents.cli_agents.settings import CliKind
+from code_runner.repo import git
 
 _CLIS = {
     CliKind.CODEX: ("codex", "CODE_RUNNER_CODEX_BIN", "npm install -g @openai/codex"),
@@ -39,7 +40,7 @@ def cli_report() -> dict[str, dict[str, Any]]:
             "override": variable,
         }
         if path is not None:
-            env = {**gitx.hardened_env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            env = {**git.hardened_env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
             result = proc.capture(
                 [path, "--version"], cwd=None, env=env, timeout_s=_VERSION_TIMEOUT_S
             )

@@ -30,8 +30,9 @@ from typing import Any
 
 import psutil
 
-from code_runner import fsx, proc
+from code_runner import proc
 from code_runner.errors import EnvironmentProblem
+from code_runner.files import atomic_write_json, atomic_write_text
 
 SESSION = "agent"
 _TMUX_TIMEOUT_S = 10.0
@@ -121,7 +122,7 @@ class TmuxPane:
         for path in (files.go, files.exit_code, socket):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        fsx.atomic_write_text(files.script, _launcher(argv, cwd, files, banner))
+        atomic_write_text(files.script, _launcher(argv, cwd, files, banner))
         pane = cls(tmux, socket, files, pane_env, token)
         bash = shutil.which("bash", path=env.get("PATH")) or "/bin/bash"
         pane._tmux(
@@ -134,7 +135,7 @@ class TmuxPane:
         shown = pane._tmux("display-message", "-p", "-t", SESSION, "#{pane_pid}")
         with contextlib.suppress(ValueError):
             pane.pane_pid = int(shown.strip())
-        fsx.atomic_write_json(
+        atomic_write_json(
             files.info,
             {
                 **info,

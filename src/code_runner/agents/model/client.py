@@ -1,0 +1,391 @@
+"""One streamed Chat Completions call through the official `openai` SDK, made robust.
+
+- `stream=True`; tool-call deltas are joined by `index`; usage is read from the usage chunk
+  (`stream_options.include_usage`) or any chunk that carries it.
+- A stream that ends without a `finish_reason`, or with nothing in it, is a failure.
+- Timeouts, connection errors, broken streams, 429 and 5xx are retried with bounded
+  exponential backoff, honouring `Retry-After` / `retry-after-ms`; any other status is
+  reported at once with the server's own message. The SDK's own retries are off, so every
+  attempt is ours and is in the transcript.
+- A request may take at most `request_timeout_s` (no byte for that long, or that long in
+  all), and never past the deadline of a wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from code_runner.agents.model.transcript import (
+    FailureKind,
+    ModelError,
+    ModelTurn,
+    ToolCallData,
+    Transcript,
+    Usage,
+)
+from code_runner.config import OpenAIBackend
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_RETRY_STATUSES = frozenset({408, 409, 429})
+
+
+def effective_base_url(settings: OpenAIBackend) -> str:
+    """The endpoint a call goes to: the config's, else OPENAI_BASE_URL, else OpenAI's."""
+    return (settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+@dataclass
+class _Failure(Exception):
+    kind: FailureKind
+    message: str
+    status: int | None = None
+    retry_after_s: float | None = None
+    retryable: bool = True
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class _Accumulator:
+    """Joins the deltas of one streamed answer."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, _Call] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.chunks = 0
+        self.model = ""
+
+    def add(self, chunk: object) -> None:
+        self.chunks += 1
+        if not isinstance(chunk, Mapping):
+            return
+        self.model = self.model or str(chunk.get("model") or "")
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self.usage = Usage(
+                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            )
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, Mapping):
+                content = delta.get("content")
+                if isinstance(content, str) and content:
+                    self.content.append(content)
+                for position, tool in enumerate(delta.get("tool_calls") or []):
+                    if isinstance(tool, Mapping):
+                        self._add_call(position, tool)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+
+    def _add_call(self, position: int, tool: Mapping[str, Any]) -> None:
+        index = tool.get("index")
+        call = self.calls.setdefault(index if isinstance(index, int) else position, _Call())
+        call.id = call.id or str(tool.get("id") or "")
+        function = tool.get("function")
+        if isinstance(function, Mapping):
+            name = function.get("name")
+            if isinstance(name, str) and name and name != call.name:
+                call.name += name
+            arguments = function.get("arguments")
+            if isinstance(arguments, str) and arguments:
+                call.arguments.append(arguments)
+
+    def turn(self, duration_s: float, ttft_s: float | None) -> ModelTurn:
+        calls = tuple(
+            ToolCallData(call.id, call.name, "".join(call.arguments))
+            for _, call in sorted(self.calls.items())
+        )
+        return ModelTurn(
+            content="".join(self.content),
+            tool_calls=calls,
+            finish_reason=self.finish_reason or "",
+            usage=self.usage,
+            chunks=self.chunks,
+            duration_s=duration_s,
+            ttft_s=ttft_s,
+            model=self.model,
+        )
+
+
+class OpenAIChatClient:
+    """A `ModelClient` for one OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        settings: OpenAIBackend,
+        *,
+        api_key: str | None,
+        transcript: Transcript,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not settings.model:
+            raise ValueError("a model is required")
+        self.settings = settings
+        self.transcript = transcript
+        self.sleep = sleep
+        self.base_url = effective_base_url(settings)
+        self._sdk = openai.OpenAI(
+            api_key=api_key or "no-key",
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=settings.request_timeout_s,
+            default_headers=dict(settings.headers) or None,
+        )
+
+    def body(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        s = self.settings
+        body: dict[str, Any] = {"model": s.model, "messages": list(messages), "stream": True}
+        if tools:
+            body["tools"] = list(tools)
+            if s.tool_choice:
+                body["tool_choice"] = s.tool_choice
+        if s.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        if s.max_tokens is not None and s.send_max_tokens:
+            body["max_tokens"] = s.max_tokens
+        return {**body, **s.extra_body}
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        deadline: float | None,
+        tag: Mapping[str, int],
+    ) -> ModelTurn:
+        body = self.body(messages, tools)
+        attempt = 0
+        while True:
+            attempt += 1
+            self.transcript.write("request", **tag, attempt=attempt, body=body)
+            started = time.monotonic()
+            try:
+                turn = self._stream(body, deadline)
+            except _Failure as failure:
+                wait = self._retry_wait(failure, attempt, deadline)
+                duration_s = round(time.monotonic() - started, 4)
+                if wait is None:
+                    final = self._final(failure, attempt)
+                    self.transcript.write(
+                        "error",
+                        **tag,
+                        attempt=attempt,
+                        duration_s=duration_s,
+                        retry_in_s=None,
+                        **final.to_record(),
+                    )
+                    raise final from None
+                self.transcript.write(
+                    "error",
+                    **tag,
+                    attempt=attempt,
+                    duration_s=duration_s,
+                    retry_in_s=round(wait, 3),
+                    failure=failure.kind.value,
+                    status=failure.status,
+                    message=failure.message,
+                )
+                self.sleep(wait)
+                continue
+            self.transcript.write("response", **tag, attempt=attempt, **turn.to_record())
+            return turn
+
+    def _stream(self, body: Mapping[str, Any], deadline: float | None) -> ModelTurn:
+        started = time.monotonic()
+        limit = self.settings.request_timeout_s
+        if deadline is not None:
+            limit = min(limit, deadline - started)
+            if limit <= 0:
+                raise _Failure(
+                    FailureKind.DEADLINE, "a wall-clock budget is spent", retryable=False
+                )
+        acc = _Accumulator()
+        ttft: float | None = None
+        try:
+            # `post` is the SDK's documented way to send a body as is, and `object` asks for
+            # the chunks as plain JSON: `create` would walk every message through its
+            # TypedDict transform and build a model object per chunk, tens of ms per turn on
+            # a long history, to produce the very same JSON and read three fields of it.
+            stream = self._sdk.post(
+                "/chat/completions",
+                body=dict(body),
+                cast_to=object,
+                options={"timeout": limit},
+                stream=True,
+                stream_cls=openai.Stream[object],
+            )
+            with stream:
+                for chunk in stream:
+                    now = time.monotonic()
+                    ttft = now - started if ttft is None else ttft
+                    acc.add(chunk)
+                    if now - started > limit:
+                        raise self._too_long(now - started, deadline)
+        except openai.APITimeoutError:
+            raise self._too_long(time.monotonic() - started, deadline) from None
+        except openai.APIStatusError as exc:
+            raise _status_failure(exc) from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise _Failure(
+                FailureKind.CONNECTION,
+                f"connection to {self.base_url} failed: {type(cause).__name__}: {cause}",
+            ) from None
+        except openai.APIError as exc:
+            raise _Failure(
+                FailureKind.STREAM_ERROR, f"the stream reported an error: {exc.message}"
+            ) from None
+        if acc.chunks == 0:
+            raise _Failure(FailureKind.STREAM_INCOMPLETE, "the stream was empty (no chunks)")
+        if acc.finish_reason is None:
+            raise _Failure(
+                FailureKind.STREAM_INCOMPLETE,
+                f"the stream ended after {acc.chunks} chunk(s) without a terminal chunk "
+                "(no finish_reason); the answer is incomplete",
+            )
+        return acc.turn(time.monotonic() - started, ttft)
+
+    def _too_long(self, elapsed: float, deadline: float | None) -> _Failure:
+        if deadline is not None and time.monotonic() >= deadline:
+            return _Failure(
+                FailureKind.DEADLINE, "a wall-clock budget ran out during the call", retryable=False
+            )
+        return _Failure(
+            FailureKind.TIMEOUT,
+            f"no complete answer within the request timeout of "
+            f"{self.settings.request_timeout_s:g} s (waited {elapsed:.1f} s)",
+        )
+
+    def _retry_wait(self, failure: _Failure, attempt: int, deadline: float | None) -> float | None:
+        s = self.settings
+        if not failure.retryable or attempt > s.retries:
+            return None
+        if failure.retry_after_s is not None:
+            if failure.retry_after_s > s.max_retry_wait_s:
+                failure.message += (
+                    f" (the server asked to wait {failure.retry_after_s:g} s, more than "
+                    f"max_retry_wait_s = {s.max_retry_wait_s:g})"
+                )
+                return None
+            wait = failure.retry_after_s
+        else:
+            wait = min(s.retry_backoff_s * 2 ** (attempt - 1), s.max_retry_wait_s)
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            return None
+        return wait
+
+    def _final(self, failure: _Failure, attempts: int) -> ModelError:
+        tried = f" (after {attempts} attempts)" if attempts > 1 else ""
+        where = f"{self.base_url} (model {self.settings.model})"
+        fix = {
+            FailureKind.HTTP_STATUS: "read the server's message above; check the model name, "
+            "the key and the backend's settings (`code-runner doctor`).",
+            FailureKind.CONNECTION: "check that the endpoint is up and base_url is right.",
+            FailureKind.TIMEOUT: "raise request_timeout_s or retries for this backend, or "
+            "check the server's load.",
+        }.get(failure.kind, "check the server's health; raise retries for a flaky gateway.")
+        return ModelError(
+            failure.kind,
+            f"model call to {where} failed{tried}: {failure.message}",
+            status=failure.status,
+            attempts=attempts,
+            fix=fix,
+        )
+
+
+def _status_failure(exc: openai.APIStatusError) -> _Failure:
+    status = exc.status_code
+    message = _server_message(exc)
+    retryable = status in _RETRY_STATUSES or status >= 500
+    return _Failure(
+        FailureKind.HTTP_STATUS,
+        f"HTTP {status}: {message}",
+        status=status,
+        retry_after_s=retry_after_s(exc.response.headers) if retryable else None,
+        retryable=retryable,
+    )
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
+            return str(inner["message"])[:2000]
+        if isinstance(inner, str):
+            return inner[:2000]
+    try:
+        text = exc.response.text.strip()
+    except Exception:  # a streamed error body may already be closed
+        text = ""
+    return (text or exc.message)[:2000]
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked us to wait: `retry-after-ms`, `Retry-After` (seconds or date)."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def probe(settings: OpenAIBackend, api_key: str | None, *, timeout_s: float = 3.0) -> str | None:
+    """Does the endpoint answer? None if it does; else what went wrong, in words.
+
+    GET {base_url}/models: any HTTP answer but 401/403 means reachable (some servers have
+    no /models); 401/403 means the key was refused.
+    """
+    url = effective_base_url(settings) + "/models"
+    request = urllib.request.Request(url, method="GET")  # noqa: S310 - http(s) from config
+    if not url.startswith(("http://", "https://")):
+        return f"base_url {effective_base_url(settings)!r} is not an http(s) URL"
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    for name, value in settings.headers.items():
+        request.add_header(name, value)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):  # noqa: S310
+            return None
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return f"{url} refused the key (HTTP {exc.code})"
+        return None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{url} does not answer ({reason})"
+
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAIChatClient", "effective_base_url", "probe", "retry_after_s"]

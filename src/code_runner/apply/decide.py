@@ -1,0 +1,199 @@
+"""The decisions on a finished run: apply it (checked first, repaired if an earlier apply
+died), check its DoD on the source's HEAD in a disposable checkout, or reject it."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import code_runner.apply.journal as journal
+from code_runner import dirs, files, verify, workspace
+from code_runner.apply.commit import Identity
+from code_runner.apply.journal import apply_lock
+from code_runner.apply.plan import ApplyRequest, Plan, prepare
+from code_runner.apply.repair import Repair
+from code_runner.apply.repair import repair as repair_journal
+from code_runner.apply.step import ApplyOutcome, apply_patch
+from code_runner.clock import utc_now
+from code_runner.errors import ApplyRefused, UsageError
+from code_runner.events import EventKind, EventSink
+from code_runner.record.finished import FinishedRun
+from code_runner.repo import git, snapshot
+from code_runner.workspace.env import command_env
+
+
+def _must_be_appliable(run: FinishedRun) -> None:
+    if run.decision == "rejected":
+        raise UsageError(
+            f"run {run.run_id} was rejected; a rejected run is never applied.",
+            fix="re-run the task if you want its change after all.",
+        )
+    if run.applied_in_source:
+        commit = run.result.get("source_commit")
+        raise UsageError(
+            f"run {run.run_id} is already applied to the source"
+            + (f" (commit {commit})." if commit else " (left in the working tree)."),
+            fix="nothing to do; `git revert` or `git restore` it in the source to undo.",
+        )
+    if not run.patch.strip():
+        raise UsageError(
+            f"run {run.run_id} has an empty patch: there is nothing to apply.",
+            fix="nothing to do; the run made no allowlisted change.",
+        )
+    if run.result.get("dod_passed") is not True:
+        raise UsageError(
+            f"run {run.run_id} did not pass its DoD (status {run.result.get('status')}); only "
+            "a verified patch is applied.",
+            fix="re-run the task until it passes.",
+        )
+    if run.result.get("source_unchanged") is False:
+        raise UsageError(
+            f"run {run.run_id} changed the source while it worked (a safety failure); its "
+            "patch is not trusted.",
+            fix="inspect the source and the run's events.jsonl, then re-run the task.",
+        )
+
+
+@contextlib.contextmanager
+def dod_env(run: FinishedRun) -> Iterator[dict[str, str]]:
+    """The same DoD environment a run gives (private HOME and TMPDIR), for the source DoD."""
+    root = dirs.state_dir() / "apply-env" / f"{run.run_id}-{secrets.token_hex(3)}"
+    home_dir, tmp_dir = root / "home", root / "tmp"
+    home_dir.mkdir(parents=True)
+    tmp_dir.mkdir()
+    try:
+        yield command_env(run_id=run.run_id, home_dir=home_dir, tmp_dir=tmp_dir)
+    finally:
+        files.force_rmtree(root)
+
+
+def request(run: FinishedRun, **options: Any) -> ApplyRequest:
+    source = git.open_source(run.cwd)
+    return ApplyRequest(
+        source=source,
+        run_id=run.run_id,
+        task_id=run.task_id,
+        title=run.title,
+        base=run.base,
+        patch=run.patch,
+        allowlist=run.allowlist,
+        dod=run.dod,
+        env=options.pop("env", {}),
+        record=run.paths,
+        rollback=run.rollback,
+        **options,
+    )
+
+
+def open_journal(run: FinishedRun) -> journal.Journal | None:
+    path = run.paths.apply_journal
+    if not path.exists():
+        return None
+    found = journal.Journal.load(path)
+    return found if found.is_open else None
+
+
+def plan(run: FinishedRun, *, commit: bool, author: Identity | None) -> Plan:
+    """What `apply` would do, checked against the source now. Changes nothing."""
+    _must_be_appliable(run)
+    if open_journal(run) is not None:
+        raise ApplyRefused(
+            f"an earlier apply of run {run.run_id} was interrupted and left a journal "
+            f"({run.paths.apply_journal}).",
+            fix=f"run `code-runner apply {run.paths.output_dir}` (or `code-runner gc`) to "
+            "repair it first.",
+        )
+    req = request(run, commit=commit, author=author)
+    with apply_lock(req.source.git_dir):
+        return prepare(req, snapshot.take(req.source))
+
+
+def check_dod(run: FinishedRun, plan_: Plan) -> verify.Verdict:
+    """Run the DoD on HEAD + patch in a disposable checkout: would it pass? (`--check`)."""
+    source = git.open_source(run.cwd)
+    ws = workspace.create(
+        source, plan_.head, run_id=f"{run.run_id[:60]}-check-{secrets.token_hex(3)}"
+    )
+    try:
+        ws.repo.run("apply", "--binary", "--index", "-", input_bytes=run.patch)
+        return verify.run_dod(run.dod, cwd=ws.work_tree, env=ws.env())
+    finally:
+        workspace.release(ws)
+
+
+def repair_first(run: FinishedRun, sink: EventSink) -> Repair | None:
+    """An earlier apply of this run that died half-way: repair it before anything else."""
+    found = open_journal(run)
+    if found is None:
+        return None
+    if found.owner_alive():
+        raise ApplyRefused(
+            f"another apply of run {run.run_id} is running (pid {found.pid}).",
+            fix="wait for it to finish.",
+        )
+    with apply_lock(Path(found.git_dir)):
+        return repair_journal(run.paths.apply_journal, sink=sink)
+
+
+def apply_run(
+    run: FinishedRun,
+    *,
+    commit: bool,
+    author: Identity | None,
+    run_hooks: bool,
+    sink: EventSink,
+) -> ApplyOutcome:
+    """Land a finished run's patch in the source; record the outcome in result.json."""
+    _must_be_appliable(run)
+    with dod_env(run) as env:
+        outcome = apply_patch(
+            request(run, commit=commit, author=author, run_hooks=run_hooks, env=env), sink
+        )
+    result = {**run.result, **outcome.result_fields(), "apply_to_source": True}
+    result["applied_by"] = "code-runner apply"
+    result["applied_at"] = utc_now()
+    if outcome.ok:
+        result["decision"] = "applied"
+    files.atomic_write_json(run.paths.result, result)
+    return outcome
+
+
+def reject(run: FinishedRun, reason: str | None, sink: EventSink) -> bool:
+    """Mark the run rejected. False when it already was."""
+    if run.decision == "rejected":
+        return False
+    if open_journal(run) is not None:
+        raise ApplyRefused(
+            f"an apply of run {run.run_id} was interrupted and its source may be half-applied.",
+            fix="run `code-runner gc` to repair the source first, then reject.",
+        )
+    if run.applied_in_source:
+        raise UsageError(
+            f"run {run.run_id} is already applied to the source; rejecting it now would not "
+            "take it out.",
+            fix="undo it in the source (`git revert` the commit or `git restore` the paths).",
+        )
+    result = {
+        **run.result,
+        "decision": "rejected",
+        "decided_at": utc_now(),
+        "decision_reason": reason,
+    }
+    files.atomic_write_json(run.paths.result, result)
+    sink.emit(EventKind.RUN_REJECTED, reason=reason)
+    return True
+
+
+__all__ = [
+    "apply_run",
+    "check_dod",
+    "dod_env",
+    "open_journal",
+    "plan",
+    "reject",
+    "repair_first",
+    "request",
+]

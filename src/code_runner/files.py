@@ -1,0 +1,123 @@
+"""THE place where files that must never be half-written are written.
+
+A reader sees the old file or the new one, never a mix: write to a temp file in the same
+directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls of whole lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from code_runner import proc
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `data` atomically. `durable=False` skips the fsync: the file
+    is still never torn for a reader or after a process crash, only after power loss."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"), durable=durable)
+
+
+def dumps(data: Any) -> str:
+    """Stable JSON: sorted keys, so equal records are equal bytes."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+
+
+def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
+    atomic_write_text(path, dumps(data), durable=durable)
+
+
+def append_jsonl(path: Path, data: Any) -> None:
+    line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """Every complete line of a JSONL file; a torn last line (crash mid-append) is skipped."""
+    items: list[Any] = []
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return items
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return items
+
+
+def walk(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk` (top-down, prunable, symlinks not followed) without recursion.
+
+    Python 3.11's `os.walk` recurses once per level, so an agent's 2,000-deep directory
+    chain would crash the audit; this keeps an explicit stack instead.
+    """
+    stack = [str(top)]
+    while stack:
+        here = stack.pop()
+        dirnames: list[str] = []
+        filenames: list[str] = []
+        try:
+            with os.scandir(here) as entries:
+                for entry in entries:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    (dirnames if is_dir else filenames).append(entry.name)
+        except OSError:
+            continue
+        yield here, dirnames, filenames
+        stack.extend(os.path.join(here, name) for name in reversed(dirnames))
+
+
+def force_rmtree(path: Path) -> None:
+    """rmtree that also removes what an agent made unwritable. Never follows symlinks."""
+
+    def onerror(func: object, failed: str, exc: object) -> None:
+        parent = os.path.dirname(failed)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, 0o700)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(failed) and not os.path.islink(failed):
+                os.chmod(failed, 0o700)
+                shutil.rmtree(failed, ignore_errors=True)
+            else:
+                os.unlink(failed)
+
+    if path.is_symlink():
+        path.unlink()
+        return
+    try:
+        shutil.rmtree(path, onerror=onerror)
+    except RecursionError:  # a directory chain deeper than Python's stack: rm has no limit
+        for argv in (["chmod", "-R", "u+rwx", "--", str(path)], ["rm", "-rf", "--", str(path)]):
+            proc.capture(argv, cwd=None, env={"PATH": "/usr/bin:/bin"}, timeout_s=300)

@@ -1,0 +1,29 @@
+"""A task run's record: where its files live, the only writer of them, and their readers.
+
+`paths` names the files of a record; `state` holds the run state table and the reason and
+status words; `writer.RunRecord` is the only writer (events, status, rounds, result);
+`finished` loads and checks a finished record; `views` renders `run.json`, `result.md` and
+`eval.md`; `summary` lists many runs.
+"""
+
+from code_runner.record.paths import RecordPaths, hunk_markdown
+from code_runner.record.state import (
+    TERMINAL_STATES,
+    TRANSITIONS,
+    Reason,
+    ResultStatus,
+    RunState,
+)
+from code_runner.record.writer import SCHEMA_VERSION, RunRecord
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "Reason",
+    "RecordPaths",
+    "ResultStatus",
+    "RunRecord",
+    "RunState",
+    "hunk_markdown",
+]

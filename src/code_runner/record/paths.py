@@ -1,0 +1,107 @@
+"""Where each file of a task's run record lives, named once (`RecordPaths`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RecordPaths:
+    output_dir: Path
+    task_id: str
+
+    def file(self, suffix: str) -> Path:
+        return self.output_dir / f"{self.task_id}.{suffix}"
+
+    @property
+    def request(self) -> Path:
+        return self.file("request.json")
+
+    @property
+    def status(self) -> Path:
+        return self.file("status.json")
+
+    @property
+    def events(self) -> Path:
+        return self.file("events.jsonl")
+
+    @property
+    def rounds(self) -> Path:
+        return self.file("rounds.jsonl")
+
+    @property
+    def response(self) -> Path:
+        return self.file("response.txt")
+
+    @property
+    def result(self) -> Path:
+        return self.file("result.json")
+
+    @property
+    def patch(self) -> Path:
+        return self.file("patch")
+
+    @property
+    def hunk(self) -> Path:
+        return self.file("hunk.md")
+
+    @property
+    def verifier_log(self) -> Path:
+        return self.file("verifier.log")
+
+    @property
+    def run_info(self) -> Path:
+        """Who ran what where: backend, command line (secrets redacted), sandbox posture."""
+        return self.file("run.json")
+
+    @property
+    def result_md(self) -> Path:
+        """The normalized result (SUCCESS / PARTIAL / BLOCKED_NEEDS_DECISION / FAILED)."""
+        return self.file("result.md")
+
+    @property
+    def eval_md(self) -> Path:
+        """Scope, diff, proof and ownership review of the run."""
+        return self.file("eval.md")
+
+    @property
+    def terminal_log(self) -> Path:
+        """What an agent CLI's tmux pane showed (`--tmux` runs)."""
+        return self.file("terminal.log")
+
+    @property
+    def tmux_info(self) -> Path:
+        """Socket and session of the live tmux pane, for `code-runner attach`."""
+        return self.file("tmux.json")
+
+    @property
+    def stop_request(self) -> Path:
+        """Written by `code-runner stop`; the runner polls for it."""
+        return self.file("stop")
+
+    @property
+    def agent_dir(self) -> Path:
+        """An agent CLI's prompts and raw output, one set of files per round."""
+        return self.file("agent")
+
+    @property
+    def apply_journal(self) -> Path:
+        """The apply step's journal: prior state of every source path it touches."""
+        return self.file("apply.json")
+
+    @property
+    def apply_dir(self) -> Path:
+        """Saved prior bytes (`prior/N`) and moved DoD byproducts of the apply step."""
+        return self.file("apply")
+
+    @property
+    def transcript(self) -> Path:
+        """Every model request and response of the run (model backends only)."""
+        return self.file("transcript.jsonl")
+
+
+def hunk_markdown(task_id: str, title: str, review: str) -> str:
+    """The human review page for a patch: stat and full diff, rendered with `--text`."""
+    body = review if review.strip() else "(no changes)\n"
+    return f"# {task_id}: {title}\n\n```diff\n{body.rstrip()}\n```\n"

@@ -1,0 +1,157 @@
+"""A summary across many runs: one line per run and totals, for every backend.
+
+Reads the `*.result.json` files under a root (a run's output dir, or a folder of them).
+The status of a run is the normalized one (SUCCESS / PARTIAL / BLOCKED_NEEDS_DECISION /
+FAILED) the runner derived from evidence; records written before the result contract
+existed are normalized here the same way. A file that is not a task result (an
+experiment's, a half-written one) is skipped and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from code_runner.errors import UsageError
+from code_runner.task.contract import WorkerStatus, evidence_status
+
+_SKIP_DIRS = {".git", "node_modules", "__pycache__", ".tools", "workspaces"}
+MAX_RESULTS = 100_000
+
+
+@dataclass(frozen=True)
+class RunLine:
+    path: str
+    run_id: str
+    task_id: str
+    backend: str
+    status: str  # normalized
+    runner_status: str
+    reason: str
+    dod_passed: bool
+    duration_s: float
+    mismatches: int
+    claimed: str | None
+    started_at: str
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.split(":", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "backend": self.backend,
+            "backend_name": self.backend_name,
+            "status": self.status,
+            "runner_status": self.runner_status,
+            "reason": self.reason,
+            "dod_passed": self.dod_passed,
+            "duration_s": self.duration_s,
+            "mismatches": self.mismatches,
+            "claimed_status": self.claimed,
+            "started_at": self.started_at,
+        }
+
+
+def parse_since(text: str) -> datetime:
+    """`2026-01-31` or an ISO date-time (UTC when no zone is given)."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r} is not a date.",
+            fix="give a date like 2026-01-31 or a date-time like 2026-01-31T12:00:00Z.",
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _result_files(root: Path) -> Iterator[Path]:
+    if root.is_file():
+        yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            if name.endswith(".result.json"):
+                yield Path(dirpath, name)
+
+
+def _line(path: Path, data: Mapping[str, Any]) -> RunLine | None:
+    if not isinstance(data.get("task_id"), str) or "dod_passed" not in data:
+        return None
+    contract = data.get("result_contract")
+    contract = contract if isinstance(contract, Mapping) else {}
+    status = contract.get("evidence_status") or evidence_status(data).value
+    return RunLine(
+        path=str(path),
+        run_id=str(data.get("run_id") or ""),
+        task_id=str(data["task_id"]),
+        backend=str(data.get("backend") or "?"),
+        status=str(status),
+        runner_status=str(data.get("status") or "?"),
+        reason=str(data.get("reason") or "?"),
+        dod_passed=data.get("dod_passed") is True,
+        duration_s=float(data.get("duration_s") or 0.0),
+        mismatches=len(contract.get("mismatches") or []),
+        claimed=contract.get("claimed_status"),
+        started_at=str(data.get("started_at") or ""),
+    )
+
+
+def collect(root: Path, *, since: datetime | None = None) -> tuple[list[RunLine], int]:
+    """(runs under `root`, oldest first; number of files skipped as not task results)."""
+    if not root.exists():
+        raise UsageError(f"{root} does not exist.", fix="pass a folder that holds run records.")
+    lines: list[RunLine] = []
+    skipped = 0
+    for number, path in enumerate(_result_files(root)):
+        if number >= MAX_RESULTS:
+            break
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            skipped += 1
+            continue
+        line = _line(path, data) if isinstance(data, dict) else None
+        if line is None:
+            skipped += 1
+            continue
+        if since is not None and not _after(line.started_at, since):
+            continue
+        lines.append(line)
+    lines.sort(key=lambda r: (r.started_at, r.path))
+    return lines, skipped
+
+
+def _after(stamp: str, since: datetime) -> bool:
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) >= since
+
+
+def totals(lines: list[RunLine]) -> dict[str, Any]:
+    by_status = Counter(line.status for line in lines)
+    by_backend = Counter(line.backend_name for line in lines)
+    return {
+        "runs": len(lines),
+        "by_status": {s.value: by_status.get(s.value, 0) for s in WorkerStatus},
+        "by_backend": dict(sorted(by_backend.items())),
+        "dod_passed": sum(1 for line in lines if line.dod_passed),
+        "runs_with_mismatch": sum(1 for line in lines if line.mismatches),
+        "mismatches": sum(line.mismatches for line in lines),
+        "duration_s": round(sum(line.duration_s for line in lines), 3),
+    }
+
+
+__all__ = ["RunLine", "collect", "parse_since", "totals"]

@@ -1,0 +1,239 @@
+"""The compact artifacts beside a run record, for a person reviewing a worker's run.
+
+- `{task_id}.run.json`: who ran what where: the backend, its command line with secrets
+  redacted, the workspace, the owned paths (allowlist), the sandbox posture, the pid a
+  `code-runner stop` signals. Written when the workspace exists and again at the end.
+- `{task_id}.result.md`: the normalized status (SUCCESS / PARTIAL /
+  BLOCKED_NEEDS_DECISION / FAILED) derived from evidence, the reason, the worker's claim
+  and every mismatch between the two.
+- `{task_id}.eval.md`: scope (changes inside and outside the owned paths), the diff
+  summary, the DoD proof (command, assertion, exit code, output tail) and ownership
+  findings (dropped changes, safety violations, claimed-but-absent files).
+
+All of it is derived from result.json and the record, so it can be rebuilt and never
+disagrees with them; every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from code_runner import files
+from code_runner.record.paths import RecordPaths
+from code_runner.task import TaskSpec
+
+_TAIL_CHARS = 2000
+
+
+class _Describable(Protocol):
+    def describe(self) -> Mapping[str, Any]: ...
+
+
+def agent_description(agent: object, backend: str) -> dict[str, Any]:
+    """What the backend says about itself (agent CLIs), or what the runner knows."""
+    describe = getattr(agent, "describe", None)
+    if callable(describe):
+        described = describe()
+        if isinstance(described, Mapping):
+            return dict(described)
+    return {
+        "backend": backend,
+        "command_line": None,
+        "sandbox": {
+            "os_sandbox": None,
+            "tools": "code-runner's own tools: every call checked against the allowlist "
+            "and the command policy",
+        },
+    }
+
+
+def run_info(
+    spec: TaskSpec,
+    *,
+    run_id: str,
+    agent: object,
+    workspace_dir: Path | None,
+    base: str,
+    paths: RecordPaths,
+    status: str = "running",
+    os_sandbox: object = None,
+) -> dict[str, Any]:
+    """`os_sandbox`: code-runner's own OS sandbox (around its tools and the DoD), once known;
+    `sandbox` is the agent's (an agent CLI's own confinement)."""
+    described = agent_description(agent, spec.backend)
+    return {
+        "schema_version": 1,
+        "run_id": run_id,
+        "task_id": spec.task_id,
+        "title": spec.title,
+        "backend": spec.backend,
+        "agent": described,
+        "command_line": described.get("command_line"),
+        "sandbox": described.get("sandbox"),
+        "os_sandbox": os_sandbox,
+        "source": str(spec.cwd),
+        "base": base,
+        "workspace": str(workspace_dir) if workspace_dir else None,
+        "owned_paths": list(spec.allowlist),
+        "read_context": list(spec.read_context),
+        "definition_of_done": spec.definition_of_done.model_dump(mode="json"),
+        "record_dir": str(paths.output_dir),
+        "tmux": str(paths.tmux_info) if paths.tmux_info.exists() else None,
+        "terminal_log": str(paths.terminal_log) if paths.terminal_log.exists() else None,
+        "pid": os.getpid(),
+        "status": status,
+        "updated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    }
+
+
+def write_run_info(paths: RecordPaths, info: Mapping[str, Any]) -> None:
+    files.atomic_write_json(paths.run_info, dict(info), durable=False)
+
+
+def _dicts(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _bullets(items: Sequence[str], empty: str = "none") -> str:
+    return "\n".join(f"- {item}" for item in items) if items else f"- {empty}"
+
+
+def result_markdown(result: Mapping[str, Any]) -> str:
+    contract = result.get("result_contract") or {}
+    claim = contract.get("claim") or {}
+    lines = [
+        f"# {result.get('task_id')}: {contract.get('evidence_status', '?')}",
+        "",
+        f"- status: **{contract.get('evidence_status', '?')}** (runner: {result.get('status')}, "
+        f"reason `{result.get('reason')}`)",
+        f"- DoD passed: {result.get('dod_passed')}",
+        f"- backend: `{result.get('backend')}`",
+        f"- rounds: {result.get('rounds')} of {result.get('max_rounds')}, best score "
+        f"{float(result.get('best_score') or 0):.2f}",
+        f"- source unchanged: {result.get('source_unchanged')}",
+        f"- duration: {result.get('duration_s')} s",
+    ]
+    if result.get("error"):
+        lines += ["", "## Reason", "", str(result["error"]).strip()]
+    lines += ["", "## Worker's claim", ""]
+    if claim:
+        lines += [
+            f"- RESULT_STATUS: {claim.get('raw_status') or '(empty)'}",
+            f"- SUMMARY: {claim.get('summary') or '(empty)'}",
+            f"- CHANGED_FILES: {', '.join(claim.get('changed_files') or []) or 'none'}",
+            f"- VERIFICATION: {claim.get('verification') or '(empty)'}",
+            f"- OPEN_DECISIONS: {'; '.join(claim.get('open_decisions') or []) or 'none'}",
+        ]
+    else:
+        lines.append("- no RESULT_STATUS block in the worker's final message")
+    lines += ["", "## Claim against evidence", ""]
+    mismatches = list(contract.get("mismatches") or [])
+    lines.append(_bullets([f"MISMATCH: {m}" for m in mismatches], "no mismatch"))
+    findings = list(contract.get("findings") or [])
+    if findings:
+        lines.append(_bullets(findings))
+    return "\n".join(lines) + "\n"
+
+
+def eval_markdown(result: Mapping[str, Any], spec: TaskSpec, review: str) -> str:
+    owned = list(spec.allowlist)
+    changed = _dicts(result.get("changed_files"))
+    dropped = _dicts(result.get("dropped_changes"))
+    violations = [str(v) for v in result.get("safety_violations") or []]
+    contract = result.get("result_contract") or {}
+    lines = [
+        f"# Evaluation of {result.get('task_id')} ({result.get('run_id')})",
+        "",
+        "## Scope",
+        "",
+        "Owned paths: " + ", ".join(f"`{p}`" for p in owned),
+        "",
+        "Changes inside the owned paths (in the patch):",
+        _bullets([f"`{c.get('path')}` ({c.get('kind')})" for c in changed]),
+        "",
+        "Changes outside the owned paths (dropped, never in the patch):",
+        _bullets(
+            [
+                f"`{d.get('path')}` ({d.get('kind')}, round {d.get('round')}): {d.get('reason')}"
+                for d in dropped
+            ]
+        ),
+        "",
+        "## Diff",
+        "",
+    ]
+    stat = _diff_stat(review)
+    lines += [f"```\n{stat}\n```" if stat else "- no changes", ""]
+    lines += ["## Proof (the DoD, run by the runner)", ""]
+    dod = spec.definition_of_done
+    lines += [f"- command: `{dod.command}`", f"- assertion: `{dod.assertion}`"]
+    verdict = _last_verdict(result)
+    if verdict:
+        lines += [
+            f"- last verdict: {'pass' if verdict.get('passed') else 'fail'} — "
+            f"{verdict.get('reason')}",
+            f"- exit code: {verdict.get('exit_code')}, timed out: {verdict.get('timed_out')}",
+        ]
+        tail = str(verdict.get("stdout_tail") or "") + str(verdict.get("stderr_tail") or "")
+        tail = tail.strip()[-_TAIL_CHARS:]
+        if tail:
+            lines += ["", "```", tail, "```"]
+    else:
+        lines.append("- the DoD did not run after the agent")
+    lines += ["", "## Ownership findings", ""]
+    findings = [f"safety violation: {v}" for v in violations]
+    findings += [
+        f"changed outside the owned paths: `{d.get('path')}` ({d.get('reason')})" for d in dropped
+    ]
+    findings += [f"claim: {m}" for m in contract.get("mismatches") or []]
+    findings += [str(f) for f in contract.get("findings") or []]
+    if not result.get("source_unchanged", True):
+        findings.append(
+            "the source repo changed: " + "; ".join(result.get("source_differences") or [])
+        )
+    lines.append(_bullets(findings, "none: every change is inside the owned paths"))
+    return "\n".join(lines) + "\n"
+
+
+def _diff_stat(review: str) -> str:
+    """The `--stat` lines at the top of a review diff."""
+    stat: list[str] = []
+    for line in review.splitlines():
+        if line.startswith("diff --git"):
+            break
+        if line.strip():
+            stat.append(line.rstrip())
+    return "\n".join(stat)
+
+
+def _last_verdict(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for details in reversed(_dicts(result.get("round_details"))):
+        verdict = details.get("verdict")
+        if isinstance(verdict, Mapping) and details.get("round", 0):
+            return verdict
+    return None
+
+
+def write_reports(paths: RecordPaths, result: Mapping[str, Any], spec: TaskSpec) -> None:
+    """result.md and eval.md from the finished result (and the hunk file's diff stat)."""
+    try:
+        hunk = paths.hunk.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        hunk = ""
+    review = hunk.split("```diff\n", 1)[1] if "```diff\n" in hunk else ""
+    files.atomic_write_text(paths.result_md, result_markdown(result), durable=False)
+    files.atomic_write_text(paths.eval_md, eval_markdown(result, spec, review), durable=False)
+
+
+__all__ = [
+    "agent_description",
+    "eval_markdown",
+    "result_markdown",
+    "run_info",
+    "write_reports",
+    "write_run_info",
+]

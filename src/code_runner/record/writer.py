@@ -1,0 +1,155 @@
+"""The run record: the files in `output_dir` that say what happened, written as it happens.
+
+Every state change is one event in `{task_id}.events.jsonl` and a fresh
+`{task_id}.status.json`; every whole file is written atomically. The state machine lives
+in `state`: states are an Enum and the allowed transitions are one table."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from code_runner import clock, files
+from code_runner.errors import IllegalTransition
+from code_runner.events import EventKind
+from code_runner.record.paths import RecordPaths
+from code_runner.record.state import TERMINAL_STATES, TRANSITIONS, RunState
+
+SCHEMA_VERSION = 1
+
+
+Listener = Callable[[EventKind, dict[str, Any]], None]
+
+
+class RunRecord:
+    """Writes one run's record. Also the run's `EventSink`: tools and agents report here."""
+
+    def __init__(self, paths: RecordPaths, run_id: str, *, max_rounds: int) -> None:
+        self.paths = paths
+        self.run_id = run_id
+        self.max_rounds = max_rounds
+        self.state = RunState.PENDING
+        self.round = 0
+        self.best_score = 0.0
+        self.step = ""
+        self._seq = 0
+        self._listeners: list[Listener] = []
+        self._started = time.monotonic()
+
+    @classmethod
+    def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        paths = RecordPaths(output_dir, task_id)
+        # a record is one run: clear what a previous run with this task id left here
+        for suffix in (
+            "status.json",
+            "events.jsonl",
+            "rounds.jsonl",
+            "response.txt",
+            "result.json",
+            "patch",
+            "hunk.md",
+            "verifier.log",
+            "run.json",
+            "result.md",
+            "eval.md",
+            "terminal.log",
+            "tmux.json",
+            "stop",
+            "transcript.jsonl",
+        ):
+            path = paths.file(suffix)
+            if path.exists():
+                path.unlink()
+        shutil.rmtree(paths.agent_dir, ignore_errors=True)
+        record = cls(paths, run_id, max_rounds=max_rounds)
+        record.write_status()
+        return record
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    # --- EventSink ---------------------------------------------------------------------
+
+    def emit(self, kind: EventKind, /, **data: object) -> None:
+        self._seq += 1
+        event: dict[str, Any] = {
+            "seq": self._seq,
+            "ts": clock.utc_now(),
+            "elapsed_s": round(time.monotonic() - self._started, 3),
+            "run_id": self.run_id,
+            "kind": kind.value,
+            "round": self.round,
+            **data,
+        }
+        files.append_jsonl(self.paths.events, event)
+        for listener in self._listeners:
+            listener(kind, event)
+
+    # --- state -------------------------------------------------------------------------
+
+    def transition(self, new: RunState, *, step: str = "", **data: object) -> None:
+        if new is not self.state and new not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"illegal run state change {self.state} -> {new}")
+        old = self.state
+        self.state = new
+        self.step = step
+        self.emit(
+            EventKind.STATE_CHANGED, from_state=old.value, to_state=new.value, step=step, **data
+        )
+        self.write_status()
+
+    def set_round(self, index: int) -> None:
+        self.round = index
+        self.write_status()
+
+    def set_best(self, score: float) -> None:
+        self.best_score = score
+        self.write_status()
+
+    def write_status(self) -> None:
+        files.atomic_write_json(
+            self.paths.status,
+            {
+                "schema_version": SCHEMA_VERSION,
+                "run_id": self.run_id,
+                "task_id": self.paths.task_id,
+                "state": self.state.value,
+                "terminal": self.state in TERMINAL_STATES,
+                "step": self.step,
+                "round": self.round,
+                "max_rounds": self.max_rounds,
+                "best_score": self.best_score,
+                "updated_at": clock.utc_now(),
+                "pid": os.getpid(),
+            },
+            durable=self.state in TERMINAL_STATES,  # rewritten often; the last one is synced
+        )
+
+    # --- artifacts ---------------------------------------------------------------------
+
+    def write_request(self, request: dict[str, Any]) -> None:
+        files.atomic_write_json(self.paths.request, request)
+
+    def append_round(self, details: dict[str, Any]) -> None:
+        files.append_jsonl(self.paths.rounds, details)
+
+    def append_response(self, round_index: int, text: str) -> None:
+        previous = ""
+        if self.paths.response.exists():
+            previous = self.paths.response.read_text(errors="replace")
+        block = f"## round {round_index}\n{text.rstrip()}\n\n" if text.strip() else ""
+        files.atomic_write_text(self.paths.response, previous + block, durable=False)
+
+    def write_patch(self, patch: bytes, review: str) -> str:
+        files.atomic_write_bytes(self.paths.patch, patch)
+        files.atomic_write_text(self.paths.hunk, review)
+        return hashlib.sha256(patch).hexdigest()
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        files.atomic_write_json(self.paths.result, {"schema_version": SCHEMA_VERSION, **result})

@@ -1,0 +1,108 @@
+"""`code-runner gc`: find what killed runs left behind, remove it, and say so.
+
+A run that dies (SIGKILL, power loss) leaves its workspace in the state dir and its record
+in a non-terminal state. The workspace lease names the owning pid and its start time, so a
+live run is never touched; a dead one's workspace is removed and its record finished as
+`abandoned`, with an event saying why."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from code_runner import apply, files, workspace
+from code_runner.clock import utc_now
+from code_runner.events import EventKind
+from code_runner.proc import kill_run_processes
+from code_runner.record import SCHEMA_VERSION, TERMINAL_STATES, RunState
+from code_runner.sandbox.cgroups import remove_leftovers
+
+
+@dataclass(frozen=True)
+class Removed:
+    path: str
+    run_id: str
+    reason: str
+    record_marked: str | None  # status.json that was marked abandoned
+    killed_pids: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "run_id": self.run_id,
+            "reason": self.reason,
+            "record_marked": self.record_marked,
+            "killed_pids": list(self.killed_pids),
+        }
+
+
+def _mark_abandoned(output_dir: Path, run_id: str, why: str) -> str | None:
+    for status_path in output_dir.glob("*.status.json"):
+        try:
+            status = json.loads(status_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(status, dict) or status.get("run_id") != run_id:
+            continue
+        if RunState(status.get("state", "pending")) in TERMINAL_STATES:
+            return None
+        task_id = str(status.get("task_id"))
+        events = output_dir / f"{task_id}.events.jsonl"
+        files.append_jsonl(
+            events,
+            {
+                "ts": utc_now(),
+                "run_id": run_id,
+                "kind": EventKind.STATE_CHANGED.value,
+                "from_state": status.get("state"),
+                "to_state": RunState.ABANDONED.value,
+                "step": f"gc: {why}",
+            },
+        )
+        status.update(
+            state=RunState.ABANDONED.value,
+            terminal=True,
+            step=f"gc: {why}",
+            updated_at=utc_now(),
+            schema_version=SCHEMA_VERSION,
+        )
+        files.atomic_write_json(status_path, status)
+        result_path = output_dir / f"{task_id}.result.json"
+        if not result_path.exists():
+            files.atomic_write_json(
+                result_path,
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "run_id": run_id,
+                    "task_id": task_id,
+                    "status": "abandoned",
+                    "reason": "abandoned",
+                    "dod_passed": False,
+                    "error": f"the run's process died ({why}); gc removed its workspace",
+                    "worktree_removed": True,
+                },
+            )
+        return str(status_path)
+    return None
+
+
+def collect(*, dry_run: bool = False, stale_after_s: float = 60.0) -> list[Removed]:
+    removed: list[Removed] = []
+    for left in workspace.find_leftovers(stale_after_s=stale_after_s):
+        marked = None
+        killed: tuple[int, ...] = ()
+        if not dry_run:
+            killed = kill_run_processes(left.run_id)
+            files.force_rmtree(left.root)
+            remove_leftovers(left.run_id)  # the run's sandbox cgroups, if it had any
+            if left.output_dir:
+                marked = _mark_abandoned(Path(left.output_dir), left.run_id, left.reason)
+        removed.append(Removed(str(left.root), left.run_id, left.reason, marked, killed))
+    return removed
+
+
+def repair_applies(*, dry_run: bool = False) -> list[apply.Repair]:
+    """Applies whose process died half-way: their source paths go back from the journal
+    (or a commit that had landed is finished). See `apply.repair`."""
+    return apply.repair_stale(dry_run=dry_run)

@@ -1,0 +1,81 @@
+"""Everything that can be checked before a run creates anything: the source is a git repo,
+the base commit exists, the backend can be built and reached, the run dir can be written."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from code_runner import agents, apply
+from code_runner.agents.base import Agent
+from code_runner.errors import PreflightError
+from code_runner.repo import git
+from code_runner.sandbox import Decision, decide
+from code_runner.task import TaskSpec
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What preflight established; nothing has been created yet."""
+
+    spec: TaskSpec
+    source: git.Repo
+    base: str
+    agent: Agent
+    warnings: tuple[str, ...] = ()
+    sandbox: Decision | None = None  # None: no sandbox was considered (as with `off`)
+
+
+def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
+    """Every check that can fail before anything is created."""
+    source = git.open_source(spec.cwd)
+    assert source.work_tree is not None
+    if spec.commit_on_success and apply.commit_identity(source, None) is None:
+        raise PreflightError(
+            f"commit_on_success is set but the source repo {source.work_tree} has no git "
+            "identity (user.name and user.email), so the runner could not commit.",
+            fix="set them (`git -C SOURCE config user.name ...; ... user.email ...`), or set "
+            "commit_on_success to false and commit with `code-runner apply --commit --author`.",
+        )
+    base_ref = spec.base or "HEAD"
+    result = source.run("rev-parse", "--verify", "--quiet", f"{base_ref}^{{commit}}", check=False)
+    if not result.ok:
+        what = "has no commits yet" if spec.base is None else f"has no commit {spec.base!r}"
+        raise PreflightError(
+            f"the source repo {source.work_tree} {what}.",
+            fix="commit at least once, or set `base` to an existing commit.",
+        )
+    base = result.stdout.decode().strip()
+    agent = agents.make_agent(spec.backend, base_dir=base_dir, source_dir=source.work_tree)
+    warnings: list[str] = []
+    if shutil.which("rg") is None:
+        warnings.append("ripgrep (rg) is not installed: the search_code tool will fail")
+    output = spec.output_dir
+    probe = output
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise PreflightError(
+            f"output_dir {output} cannot be created: {probe} is not writable.",
+            fix="choose an output_dir you can write to.",
+        )
+    decision = decide(spec.sandbox)  # `required` without a working sandbox stops here
+    if not decision.use and decision.probe is not None:
+        warnings.append(f"no OS sandbox: {decision.reason}")
+    return Preflight(
+        spec=spec,
+        source=source,
+        base=base,
+        agent=agent,
+        warnings=tuple(warnings),
+        sandbox=decision,
+    )
+
+
+def new_run_id(task_id: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{task_id[:48]}-{stamp}-{secrets.token_hex(3)}"

@@ -1,0 +1,282 @@
+"""The result contract: what a worker is told, what it must report, and how its report is
+weighed against the evidence.
+
+The prompt states the objective, the owned paths, the non-goals and the acceptance
+command, and asks for a final block::
+
+    RESULT_STATUS: SUCCESS | PARTIAL | BLOCKED_NEEDS_DECISION | FAILED
+    SUMMARY: ...
+    CHANGED_FILES: a.py, b.py
+    VERIFICATION: ...
+    OPEN_DECISIONS: none
+
+The runner parses the block but never believes it: `assess` derives the status from its
+own evidence (the DoD verdict, the audited patch, why the run ended) and records every
+way the claim disagrees as a mismatch. Any backend's final text can carry a block, so
+this works for the built-in loop as well as for agent CLIs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from code_runner.task.spec import TaskSpec
+    from code_runner.verify import Verdict
+
+MAX_OUTPUT_TAIL_CHARS = 3000
+
+
+class WorkerStatus(StrEnum):
+    SUCCESS = "SUCCESS"  # accepted behaviour and proof are complete
+    PARTIAL = "PARTIAL"  # useful work landed; named follow-up remains
+    BLOCKED_NEEDS_DECISION = "BLOCKED_NEEDS_DECISION"  # a person must decide something
+    FAILED = "FAILED"  # errored, looped, or produced unusable or unsafe work
+
+
+_KEYS = ("RESULT_STATUS", "SUMMARY", "CHANGED_FILES", "VERIFICATION", "OPEN_DECISIONS")
+# a key at the start of a line, allowing markdown decoration: `- **SUMMARY**: ...`
+_KEY_LINE = re.compile(
+    r"^[ \t>*_`#-]*(" + "|".join(_KEYS) + r")[*_`]*[ \t]*[:=][ \t]*(.*)$", re.MULTILINE
+)
+_NONE_WORDS = {"", "none", "n/a", "na", "-", "nothing", "no", "(none)"}
+
+
+@dataclass(frozen=True)
+class ResultClaim:
+    """The worker's final block, as written. `status` is None when it is not a known value."""
+
+    raw_status: str
+    status: WorkerStatus | None
+    summary: str
+    changed_files: tuple[str, ...]
+    verification: str
+    open_decisions: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value if self.status else None,
+            "raw_status": self.raw_status,
+            "summary": self.summary,
+            "changed_files": list(self.changed_files),
+            "verification": self.verification,
+            "open_decisions": list(self.open_decisions),
+        }
+
+
+# --- the prompt -----------------------------------------------------------------------
+
+
+def build_prompt(
+    task: TaskSpec,
+    *,
+    round_index: int,
+    max_rounds: int,
+    previous: Verdict | None = None,
+) -> str:
+    """The whole instruction a worker CLI gets for one round."""
+    dod = task.definition_of_done
+    owned = "\n".join(f"- `{path}`" for path in task.allowlist)
+    parts = [
+        f"# Task: {task.title}",
+        "## Objective\n" + task.prompt.strip(),
+        "## Owned paths\nYou may change only these (a directory covers everything under it):\n"
+        + owned,
+        "## Non-goals\n"
+        "- Do not change anything outside the owned paths: the runner discards such changes "
+        "and reports them.\n"
+        "- Do not run git commands that write (commit, branch, tag, stash, reset, checkout, "
+        "config): the runner owns git, and a commit or ref change fails the run.\n"
+        "- Do not install packages, reach the network, or start background processes.\n"
+        "- Do not weaken the acceptance check (tests, fixtures, the command) unless it is "
+        "among the owned paths and the objective asks for it.",
+        "## Acceptance\nThe runner judges the work by running this command on the base "
+        "commit plus your changes to the owned paths, and nothing else you leave behind:\n"
+        f"```\n{dod.command}\n```\n"
+        f"It must satisfy `{dod.assertion}` within {dod.timeout_s:g} s. You may run it "
+        "yourself to check.",
+    ]
+    if task.read_context:
+        parts.append(
+            "## Context (read-only)\nRead these before you start:\n"
+            + "\n".join(f"- `{path}`" for path in task.read_context)
+        )
+    if round_index > 1:
+        parts.append(_previous_round(round_index, max_rounds, previous))
+    parts.append(
+        "## Final block\nEnd your final message with these five lines (a value may "
+        "continue on the lines after its key):\n"
+        "```\n"
+        "RESULT_STATUS: SUCCESS | PARTIAL | BLOCKED_NEEDS_DECISION | FAILED\n"
+        "SUMMARY: what you changed and why, in one paragraph\n"
+        "CHANGED_FILES: comma-separated repo-relative paths, or none\n"
+        "VERIFICATION: what you ran to check and what it showed\n"
+        "OPEN_DECISIONS: what a person must decide, or none\n"
+        "```\n"
+        "SUCCESS only if the acceptance command passes with your changes. PARTIAL if useful "
+        "work landed but named follow-up remains. BLOCKED_NEEDS_DECISION if a real user or "
+        "environment decision is required (credentials, paid services, changes outside the "
+        "owned paths, destructive actions). FAILED if you could not do the task. Must not "
+        "regress: what passes today must still pass. The runner checks your block against "
+        "its own evidence (the workspace diff and the acceptance command)."
+    )
+    return "\n\n".join(parts) + "\n"
+
+
+def _previous_round(round_index: int, max_rounds: int, previous: Verdict | None) -> str:
+    head = f"## Round {round_index} of {max_rounds}\nThe previous round did not pass."
+    if previous is None:
+        return head
+    output = (previous.stdout_tail + "\n" + previous.stderr_tail).strip()
+    if len(output) > MAX_OUTPUT_TAIL_CHARS:
+        output = "[...]\n" + output[-MAX_OUTPUT_TAIL_CHARS:]
+    return (
+        f"{head} The runner's verdict: {previous.reason} (exit code {previous.exit_code}"
+        + (", timed out" if previous.timed_out else "")
+        + "). The owned paths hold the best attempt so far. The end of the acceptance "
+        f"command's output:\n```\n{output or '(no output)'}\n```"
+    )
+
+
+# --- parsing --------------------------------------------------------------------------
+
+
+def parse_claim(text: str) -> ResultClaim | None:
+    """The worker's final block in `text` (the last value of each key), or None."""
+    text = text or ""
+    matches = list(_KEY_LINE.finditer(text))
+    if not any(m.group(1) == "RESULT_STATUS" for m in matches):
+        return None
+    values: dict[str, str] = {}
+    for number, match in enumerate(matches):
+        end = matches[number + 1].start() if number + 1 < len(matches) else len(text)
+        value = (match.group(2) + text[match.end() : end]).strip().strip("`").strip()
+        values[match.group(1)] = _unfence(value)
+    lines = values["RESULT_STATUS"].splitlines()
+    raw = lines[0].strip() if lines else ""
+    return ResultClaim(
+        raw_status=raw,
+        status=_status(raw),
+        summary=values.get("SUMMARY", ""),
+        changed_files=_paths(values.get("CHANGED_FILES", "")),
+        verification=values.get("VERIFICATION", ""),
+        open_decisions=_items(values.get("OPEN_DECISIONS", "")),
+    )
+
+
+def _unfence(value: str) -> str:
+    """Drop a closing code fence the block was wrapped in."""
+    lines = [line for line in value.splitlines() if line.strip() not in ("```", "~~~")]
+    return "\n".join(lines).strip()
+
+
+def _status(raw: str) -> WorkerStatus | None:
+    word = re.sub(r"[^A-Z_]", "", raw.upper().split()[0]) if raw.split() else ""
+    try:
+        return WorkerStatus(word)
+    except ValueError:
+        return None
+
+
+def _items(value: str) -> tuple[str, ...]:
+    parts = [p.strip(" \t-*`") for p in re.split(r"\n|;", value)]
+    return tuple(p for p in parts if p.lower() not in _NONE_WORDS)
+
+
+def _paths(value: str) -> tuple[str, ...]:
+    parts = [p.strip(" \t-*`'\"") for p in re.split(r"[,\n]", value)]
+    found = [p.removeprefix("./") for p in parts if p.lower() not in _NONE_WORDS]
+    return tuple(dict.fromkeys(p for p in found if p and " " not in p))
+
+
+# --- judging --------------------------------------------------------------------------
+
+
+def evidence_status(result: Mapping[str, Any]) -> WorkerStatus:
+    """The status the evidence supports, from a run's result (never from the worker).
+
+    PARTIAL needs proof of progress: the patch holds changes and, with them, more tests
+    pass than on the base (test counts the DoD's output reported).
+    """
+    status, reason = result.get("status"), result.get("reason")
+    if status in ("passed", "already_satisfied") and result.get("source_unchanged", True):
+        return WorkerStatus.SUCCESS
+    if reason == "blocked_needs_decision":
+        return WorkerStatus.BLOCKED_NEEDS_DECISION
+    bad_endings = {"safety_violation", "source_changed", "patch_invalid", "internal_error"}
+    if status == "failed" and reason not in bad_endings and result.get("changed_files"):
+        base, best = _tests_passed(result, 0), _tests_passed(result, result.get("best_round"))
+        if best is not None and best > (base or 0):
+            return WorkerStatus.PARTIAL
+    return WorkerStatus.FAILED
+
+
+def _tests_passed(result: Mapping[str, Any], round_index: object) -> int | None:
+    for details in _dicts(result.get("round_details")):
+        if details.get("round") == round_index:
+            verdict = details.get("verdict")
+            if isinstance(verdict, Mapping) and isinstance(verdict.get("tests_passed"), int):
+                return int(verdict["tests_passed"])
+    return None
+
+
+def assess(response: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The worker's claim against the evidence: both statuses and every disagreement."""
+    claim = parse_claim(response)
+    evidence = evidence_status(result)
+    mismatches: list[str] = []
+    findings: list[str] = []
+    if claim is None:
+        findings.append("the worker's final message has no RESULT_STATUS block")
+    else:
+        if claim.status is None:
+            mismatches.append(
+                f"RESULT_STATUS {claim.raw_status!r} is not one of "
+                + ", ".join(s.value for s in WorkerStatus)
+            )
+        elif claim.status is not evidence:
+            mismatches.append(
+                f"the worker claims {claim.status.value}, the evidence says {evidence.value}"
+            )
+        actual = {str(c.get("path")) for c in _dicts(result.get("changed_files"))}
+        dropped = {str(c.get("path")) for c in _dicts(result.get("dropped_changes"))}
+        claimed = set(claim.changed_files)
+        if claimed - actual:
+            mismatches.append(
+                "claimed as changed but not in the patch: " + ", ".join(sorted(claimed - actual))
+            )
+        if actual - claimed:
+            findings.append("changed but not claimed: " + ", ".join(sorted(actual - claimed)))
+        if claimed & dropped:
+            findings.append(
+                "claimed changes outside the owned paths (dropped): "
+                + ", ".join(sorted(claimed & dropped))
+            )
+    return {
+        "claimed_status": claim.status.value if claim and claim.status else None,
+        "evidence_status": evidence.value,
+        "mismatch": bool(mismatches),
+        "mismatches": mismatches,
+        "findings": findings,
+        "claim": claim.to_dict() if claim else None,
+    }
+
+
+def _dicts(value: object) -> Sequence[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [item for item in value if isinstance(item, Mapping)]
+
+
+__all__ = [
+    "ResultClaim",
+    "WorkerStatus",
+    "assess",
+    "build_prompt",
+    "evidence_status",
+    "parse_claim",
+]

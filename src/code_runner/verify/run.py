@@ -1,0 +1,100 @@
+"""Running a DoD: the command under the caller's wrapper (the OS sandbox), its output read
+back bounded, judged, and appended to the verifier log."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from code_runner import proc
+from code_runner.verify.assertion import Assertion, parse_assertion
+from code_runner.verify.judge import Verdict, judge
+
+if TYPE_CHECKING:
+    from code_runner.task import DefinitionOfDone
+
+
+# How much of each stream `run_dod` reads back for matching: enough for any test report,
+# bounded so a runaway command cannot make judging slow or memory-hungry.
+MATCH_HEAD_BYTES = 1024 * 1024
+MATCH_TAIL_BYTES = 7 * 1024 * 1024
+
+
+def run_dod(
+    dod: DefinitionOfDone,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_path: Path | None = None,
+    label: str = "",
+    wrap_argv: Callable[[Sequence[str]], list[str]] | None = None,
+) -> Verdict:
+    """Run the DoD command in `cwd` and judge it; append a readable section to `log_path`.
+
+    `wrap_argv` is the OS sandbox's wrapper (the same one the agent's commands get): the
+    DoD runs under the same walls, so it cannot be used to reach what the agent cannot.
+
+    The command's full output (up to `MATCH_HEAD_BYTES + MATCH_TAIL_BYTES` per stream) is
+    matched, not just the tails a `ProcResult` carries, so a marker in the middle of a long
+    log is still found.
+    """
+    assertion = parse_assertion(dod.assertion)
+    with tempfile.TemporaryDirectory(prefix="code-runner-dod-") as scratch:
+        out_path = Path(scratch) / "stdout"
+        err_path = Path(scratch) / "stderr"
+        started_at = datetime.now(UTC)
+        argv = proc.shell_argv(dod.command)
+        result = proc.run(
+            wrap_argv(argv) if wrap_argv is not None else argv,
+            cwd=cwd,
+            env=env,
+            timeout_s=dod.timeout_s,
+            stdout_path=out_path,
+            stderr_path=err_path,
+        )
+        full_out, _ = proc.read_head_tail(out_path, MATCH_HEAD_BYTES, MATCH_TAIL_BYTES)
+        full_err, _ = proc.read_head_tail(err_path, MATCH_HEAD_BYTES, MATCH_TAIL_BYTES)
+    verdict = judge(assertion, result, stdout=full_out, stderr=full_err)
+    if log_path is not None:
+        _append_log(log_path, label, dod.command, cwd, started_at, assertion, result, verdict)
+    return verdict
+
+
+def _append_log(
+    log_path: Path,
+    label: str,
+    command: str,
+    cwd: Path,
+    started_at: datetime,
+    assertion: Assertion,
+    result: proc.ProcResult,
+    verdict: Verdict,
+) -> None:
+    """One plain-text section per DoD run, written with a single append."""
+    if verdict.tests_passed is not None:
+        tests = f"{verdict.tests_passed} passed, {verdict.tests_failed} failed"
+    else:
+        tests = "no test summary found"
+    lines = [
+        f"===== {label or 'DoD'} =====",
+        f"started:   {started_at.isoformat(timespec='seconds')}",
+        f"command:   {command}",
+        f"cwd:       {cwd}",
+        f"assertion: {assertion.raw}  ({assertion.describe()})",
+        f"exit:      {result.describe()}",
+        f"duration:  {result.duration_s:.2f} s",
+        f"verdict:   {'PASS' if verdict.passed else 'FAIL'}: {verdict.reason}",
+        f"tests:     {tests}",
+        f"----- stdout ({result.stdout_size} bytes; head and tail kept) -----",
+        result.stdout.rstrip("\n"),
+        f"----- stderr ({result.stderr_size} bytes; head and tail kept) -----",
+        result.stderr.rstrip("\n"),
+        "",
+        "",
+    ]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a", encoding="utf-8", errors="replace") as f:
+        f.write("\n".join(lines))

@@ -1,0 +1,70 @@
+"""The disposable checkout an agent works in: created, audited, exported, released.
+
+`create` makes a `clone --shared` into the state dir and a hardened checkout; `audit` judges
+every change against git's path rules and the allowlist; `trees` keeps and restores states
+and exports the patch; `lease` guards the source and finds what dead runs left; `env` is the
+environment every command in the workspace gets.
+"""
+
+from code_runner.workspace.audit import (
+    Audit,
+    Change,
+    ChangeKind,
+    GitState,
+    Rejection,
+    audit,
+    git_state,
+    read_changes,
+    restore_git_pointer,
+)
+from code_runner.workspace.create import Workspace, create, release
+from code_runner.workspace.env import command_env, empty_scratch
+from code_runner.workspace.lease import (
+    LOCK_TIMEOUT_S,
+    Leftover,
+    find_leftovers,
+    lease_is_live,
+    process_start,
+    read_lease,
+    source_lock,
+)
+from code_runner.workspace.trees import (
+    EMPTY_TREE,
+    base_tree,
+    current_tree,
+    export_patch,
+    patch_applies_on_base,
+    restore_tree,
+    review_diff,
+)
+
+__all__ = [
+    "EMPTY_TREE",
+    "LOCK_TIMEOUT_S",
+    "Audit",
+    "Change",
+    "ChangeKind",
+    "GitState",
+    "Leftover",
+    "Rejection",
+    "Workspace",
+    "audit",
+    "base_tree",
+    "command_env",
+    "create",
+    "current_tree",
+    "empty_scratch",
+    "export_patch",
+    "find_leftovers",
+    "git_state",
+    "lease_is_live",
+    "patch_applies_on_base",
+    "process_start",
+    "read_changes",
+    "read_lease",
+    "release",
+    "restore_git_pointer",
+    "restore_tree",
+    "review_diff",
+    "source_lock",
+]

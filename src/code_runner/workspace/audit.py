@@ -1,0 +1,301 @@
+"""Create, audit and release the disposable checkout an agent works in.
+
+A workspace is `git clone --shared --no-checkout --separate-git-dir` of the source into the
+runner's state dir, then a hardened checkout of the base commit. A linked `git worktree`
+would share the source's git dir (refs, config, hooks); a clone shares only read-only
+objects through `alternates`, and inherits none of the source's config, hooks or filters.
+
+The audit reads what changed from real git state, refuses what no agent may change
+(`.git` in any spelling, symlinks, gitlinks, `.gitmodules`), drops what is outside the
+allowlist, and removes every untracked or ignored leftover, so the work tree is exactly
+base + the allowed changes when the DoD runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from code_runner import files
+from code_runner.files import force_rmtree, walk
+from code_runner.repo import git
+from code_runner.task import paths
+from code_runner.workspace.create import Workspace
+
+_ZERO_SHA = "0" * 40
+
+
+class ChangeKind(StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    MODE_CHANGED = "mode_changed"
+    TYPE_CHANGED = "type_changed"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path that differs from base, read from `git diff-index --raw -z`."""
+
+    path: str
+    kind: ChangeKind
+    old_mode: str
+    new_mode: str
+
+    @property
+    def is_symlink(self) -> bool:
+        return self.new_mode == "120000" or self.old_mode == "120000"
+
+    @property
+    def is_gitlink(self) -> bool:
+        return self.new_mode == "160000" or self.old_mode == "160000"
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "path": self.path,
+            "kind": self.kind.value,
+            "old_mode": self.old_mode,
+            "new_mode": self.new_mode,
+        }
+
+
+@dataclass(frozen=True)
+class Rejection:
+    change: Change
+    reason: str
+    refused: bool  # True: a safety refusal; False: merely outside the allowlist
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.change.to_dict(), "reason": self.reason, "refused": self.refused}
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What an audit found and did. `allowed` is what the patch will contain."""
+
+    allowed: tuple[Change, ...]
+    rejected: tuple[Rejection, ...]
+    violations: tuple[str, ...]
+
+    @property
+    def changed_allowed(self) -> bool:
+        return bool(self.allowed)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "allowed": [c.to_dict() for c in self.allowed],
+            "rejected": [r.to_dict() for r in self.rejected],
+            "violations": list(self.violations),
+        }
+
+
+@dataclass(frozen=True)
+class GitState:
+    """The workspace's own git state; an agent changing it is a violation."""
+
+    head: str
+    refs: str
+    config: str
+    pointer: str
+
+
+def git_state(ws: Workspace) -> GitState:
+    head = (ws.git_dir / "HEAD").read_text(errors="replace").strip()
+    refs = json.dumps(git.read_refs(ws.git_dir), sort_keys=True)
+    config = hashlib.sha256((ws.git_dir / "config").read_bytes()).hexdigest()
+    pointer_path = ws.work_tree / ".git"
+    try:
+        pointer = pointer_path.read_text(errors="replace") if pointer_path.is_file() else "?"
+    except OSError:
+        pointer = "?"
+    if pointer_path.is_symlink():
+        pointer = "symlink"
+    return GitState(head=head, refs=refs, config=config, pointer=pointer)
+
+
+def restore_git_pointer(ws: Workspace) -> None:
+    """Put the `.git` pointer file back exactly as the runner wrote it."""
+    pointer_path = ws.work_tree / ".git"
+    if pointer_path.is_dir() and not pointer_path.is_symlink():
+        force_rmtree(pointer_path)
+    elif pointer_path.exists() or pointer_path.is_symlink():
+        pointer_path.unlink()
+    files.atomic_write_text(pointer_path, f"gitdir: {ws.git_dir}\n")
+
+
+def _stage_all(ws: Workspace) -> None:
+    # --ignore-errors: an unreadable file must not hide every other change
+    ws.repo.run("add", "--all", "--ignore-errors", "--", ".", check=False)
+
+
+def read_changes(ws: Workspace) -> list[Change]:
+    """Stage everything and list what differs from base: binary-safe, renames split."""
+    _stage_all(ws)
+    fields = ws.repo.z(
+        "diff-index", "--cached", "--raw", "-z", "--no-renames", "--abbrev=40", ws.base
+    )
+    changes: list[Change] = []
+    for i in range(0, len(fields) - 1, 2):
+        meta = fields[i].decode().lstrip(":").split()
+        path = git.decode_path(fields[i + 1])
+        old_mode, new_mode, status = meta[0], meta[1], meta[4][0]
+        if status == "A":
+            kind = ChangeKind.ADDED
+        elif status == "D":
+            kind = ChangeKind.DELETED
+        elif status == "T" or (old_mode[:2] != new_mode[:2]):
+            kind = ChangeKind.TYPE_CHANGED
+        elif meta[2] == meta[3] and old_mode != new_mode:
+            kind = ChangeKind.MODE_CHANGED
+        else:
+            kind = ChangeKind.MODIFIED
+        changes.append(Change(path=path, kind=kind, old_mode=old_mode, new_mode=new_mode))
+    return changes
+
+
+def _judge(change: Change, allowlist: paths.Allowlist) -> tuple[str, bool] | None:
+    """(reason, refused) when the change must go, None when it may stay."""
+    problem = paths.path_problem(change.path)
+    if problem is not None:
+        return f"path {problem}", True
+    if change.is_gitlink:
+        return "gitlinks and nested repositories are not allowed", True
+    if change.is_symlink:
+        return "symlinks are not allowed", True
+    if not allowlist.allows(change.path):
+        return "outside the allowlist", False
+    return None
+
+
+def audit(ws: Workspace, allowlist: paths.Allowlist, before: GitState) -> Audit:
+    """Enforce the rules on the work tree; afterwards it is exactly base + `allowed`."""
+    violations: list[str] = []
+    after = git_state(ws)
+    if after.head != before.head:
+        violations.append(f"workspace HEAD changed ({before.head} -> {after.head})")
+    if after.refs != before.refs:
+        violations.append("workspace refs changed (a commit, tag, branch or stash was made)")
+    if after.config != before.config:
+        violations.append("workspace git config changed")
+    if after.pointer != before.pointer:
+        violations.append("the workspace .git pointer was changed")
+        restore_git_pointer(ws)
+    if after.head != before.head or after.refs != before.refs:
+        # put the runner's view back so later rounds are judged against base
+        ws.repo.run("update-ref", "--no-deref", "HEAD", ws.base)
+    allowed: list[Change] = []
+    rejected: list[Rejection] = []
+    for path, why in _remove_dot_git_entries(ws):
+        change = Change(path=path, kind=ChangeKind.ADDED, old_mode="000000", new_mode="000000")
+        rejected.append(Rejection(change, f"{why}; removed", True))
+    changes = read_changes(ws)
+    for change in changes:
+        verdict = _judge(change, allowlist)
+        if verdict is None:
+            allowed.append(change)
+        else:
+            rejected.append(Rejection(change, verdict[0], verdict[1]))
+    added_paths = [c.path for c in allowed if c.kind is ChangeKind.ADDED]
+    if added_paths:
+        existing = ws.repo.z("ls-tree", "-r", "-z", "--name-only", ws.base)
+        base_paths = {git.decode_path(p) for p in existing}
+        clashes = paths.case_collisions(base_paths | set(added_paths))
+        clashing = {b for _, b in clashes} | {a for a, _ in clashes}
+        for change in list(allowed):
+            if change.kind is ChangeKind.ADDED and change.path in clashing:
+                allowed.remove(change)
+                rejected.append(
+                    Rejection(change, "name collides with another after case folding", True)
+                )
+    to_revert = [
+        r.change for r in rejected if r.change.new_mode != "000000" or r.change.old_mode != "000000"
+    ]
+    if to_revert:
+        _revert(ws, to_revert)
+    clean(ws)
+    return Audit(tuple(allowed), tuple(rejected), tuple(violations))
+
+
+def _remove_dot_git_entries(ws: Workspace) -> list[tuple[str, str]]:
+    """Remove nested repositories and every `.git`-like entry but the root's pointer file.
+
+    Git refuses such paths (`git add` skips them), so they would otherwise stay behind
+    unseen, hide a subtree from the audit, or be there when the DoD runs. Returns
+    (path, reason) for each removal.
+    """
+    removed: list[tuple[str, str]] = []
+    for dirpath, dirnames, filenames in walk(ws.work_tree):
+        here = Path(dirpath)
+        if here != ws.work_tree and (".git" in dirnames or ".git" in filenames):
+            # a nested repository: its git dir goes, its files are judged like any other
+            rel = here.relative_to(ws.work_tree).as_posix()
+            removed.append((rel, "nested repositories are not allowed (its .git was removed)"))
+        for name in [n for n in dirnames if paths.is_dot_git(n)]:
+            force_rmtree(here / name)
+            dirnames.remove(name)
+            removed.append(
+                ((here / name).relative_to(ws.work_tree).as_posix(), "names git's own directory")
+            )
+        for name in filenames:
+            if paths.is_dot_git(name) and not (here == ws.work_tree and name == ".git"):
+                (here / name).unlink()
+                removed.append(
+                    (
+                        (here / name).relative_to(ws.work_tree).as_posix(),
+                        "names git's own directory",
+                    )
+                )
+    return removed
+
+
+def _revert(ws: Workspace, changes: list[Change]) -> None:
+    """Return each path to its base state, in the index and on disk."""
+    nul = b"\0".join(c.path.encode("utf-8", "surrogateescape") for c in changes) + b"\0"
+    env = {"GIT_LITERAL_PATHSPECS": "1"}
+    ws.repo.run(
+        "reset",
+        "--quiet",
+        ws.base,
+        "--pathspec-from-file=-",
+        "--pathspec-file-nul",
+        input_bytes=nul,
+        env=env,
+        check=False,
+    )
+    for change in changes:
+        _remove_path(ws.work_tree, change.path)
+    in_base = [c for c in changes if c.kind is not ChangeKind.ADDED]
+    if in_base:
+        data = b"\0".join(c.path.encode("utf-8", "surrogateescape") for c in in_base) + b"\0"
+        ws.repo.run("checkout-index", "--force", "-z", "--stdin", input_bytes=data)
+
+
+def _remove_path(root: Path, rel: str) -> None:
+    """Delete `root/rel` without following a symlink anywhere on the way."""
+    target = root
+    parts = rel.split("/")
+    for part in parts[:-1]:
+        target = target / part
+        try:
+            st = target.lstat()
+        except OSError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            return
+    target = target / parts[-1]
+    try:
+        st = target.lstat()
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        force_rmtree(target)
+    else:
+        target.unlink()
+
+
+def clean(ws: Workspace) -> None:
+    """Remove untracked and ignored files: the DoD sees only base + the staged changes."""
+    ws.repo.run("clean", "-ffdxq", "--", ".")
