@@ -1,4 +1,4 @@
-"""THE place where files that must never be half-written are written.
+"""The place where files that must never be half-written are written.
 
 A reader sees the old file or the new one, never a mix: write to a temp file in the same
 directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls of whole lines.
