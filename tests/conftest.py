@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.git import make_repo
-from tests.helpers.isolation import forbid_real_dirs, real_dirs
+from tests.helpers.isolation import forbid_real_dirs
 
 _REAL_HOME = os.environ.get("HOME", "")
-_REAL_DIRS = real_dirs()  # read once, before any test changes the environment
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +34,7 @@ def isolated_dirs(
     for var in [v for v in os.environ if v.startswith("GIT_")]:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
-    forbid_real_dirs(monkeypatch, _REAL_DIRS)
+    forbid_real_dirs(monkeypatch)
     yield base
     assert os.environ.get("HOME") != _REAL_HOME or not _REAL_HOME, "test escaped its HOME"
 

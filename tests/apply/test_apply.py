@@ -18,6 +18,7 @@ import pytest
 
 from code_runner import apply, files
 from code_runner.apply import journal
+from code_runner.apply.commit import update_index
 from code_runner.events import ListSink
 from code_runner.record import RecordPaths
 from code_runner.repo import git as repo_git
@@ -541,7 +542,7 @@ def test_a_commit_killed_before_the_index_update_is_finished_by_repair(
     def killed(*_a: object, **_k: object) -> None:
         raise RuntimeError("killed between update-ref and the index update")
 
-    original = transaction.update_index
+    original = update_index
     monkeypatch.setattr(transaction, "update_index", killed)
     with pytest.raises(RuntimeError):
         tx.commit_now()

@@ -21,9 +21,13 @@ class RealDirUsed(AssertionError):
     """A test reached for a real directory of the user running the suite."""
 
 
-def real_dirs() -> dict[str, Path]:
-    """The dirs code-runner would use for the user running the suite (read before any test)."""
+def _real_dirs() -> dict[str, Path]:
     return {"state dir": dirs.state_dir(), "user config": config.user_config_path()}
+
+
+# The dirs code-runner would use for the user running the suite: read when the suite's
+# conftest imports this module, before any test changes the environment.
+REAL_DIRS = _real_dirs()
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -43,7 +47,7 @@ def _guarded(original: Callable[[], Path], what: str, real: Path) -> Callable[[]
     return guarded
 
 
-def forbid_real_dirs(monkeypatch: pytest.MonkeyPatch, real: dict[str, Path]) -> None:
+def forbid_real_dirs(monkeypatch: pytest.MonkeyPatch, real: dict[str, Path] = REAL_DIRS) -> None:
     """Make every path function that could name a real dir fail loudly when it does."""
     monkeypatch.setattr(dirs, "state_dir", _guarded(dirs.state_dir, "state dir", real["state dir"]))
     monkeypatch.setattr(

@@ -77,10 +77,10 @@ def test_progress_rate_eta_and_slow_alert() -> None:
     assert check.early_rate == 10.0
     assert check.eta_s is not None and abs(check.eta_s - 70) < 1e-6
     alert = None
-    done = 300.0
+    so_far = 300.0
     for i in range(4, 12):
-        done += 10
-        alert = check.observe(Progress(done, 1000), obs(i + 1, i * 10.0)) or alert
+        so_far += 10
+        alert = check.observe(Progress(so_far, 1000), obs(i + 1, i * 10.0)) or alert
     assert alert is not None and alert.kind is AlertKind.SLOW_PROGRESS
     assert "ETA" in alert.detail
     assert check.rate is not None and check.rate < 5

@@ -29,14 +29,17 @@ def _bump(path: Path) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
 
 
-CHANGES: dict[str, Callable[[Path], None]] = {
+def _rewrite(path: Path, text: str) -> None:
+    """A new content whose size may match the old: the mtime moves on regardless."""
+    path.write_text(text)
+    _bump(path)
+
+
+CHANGES: dict[str, Callable[[Path], object]] = {
     "tracked file modified": lambda r: (r / "dir/b.py").write_text("changed\n"),
     "tracked file deleted": lambda r: (r / "dir/b.py").unlink(),
-    "dirty file rewritten": lambda r: ((r / "a.py").write_text("dirtier\n"), _bump(r / "a.py")),
-    "untracked file rewritten": lambda r: (
-        (r / "untracked.txt").write_text("theirs\n"),
-        _bump(r / "untracked.txt"),
-    ),
+    "dirty file rewritten": lambda r: _rewrite(r / "a.py", "dirtier\n"),
+    "untracked file rewritten": lambda r: _rewrite(r / "untracked.txt", "theirs\n"),
     "untracked file added": lambda r: (r / "new.txt").write_text("x\n"),
     "commit made": lambda r: git(r, "commit", "-q", "--allow-empty", "-m", "x"),
     "branch created": lambda r: git(r, "branch", "evil"),

@@ -50,7 +50,9 @@ def _fields(report: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for line in report.splitlines():
         if "=" in line:
-            fields.update(part.split("=", 1) for part in line.split())
+            for part in line.split():
+                key, value = part.split("=", 1)
+                fields[key] = value
         else:
             key, _, value = line.partition(":")
             fields[key] = value.split()

@@ -51,7 +51,7 @@ def _assert_clean_end(cli_run: Any, result: dict[str, Any]) -> None:
 
 
 def _cli_finished(cli_run: Any) -> dict[str, Any]:
-    found = [e for e in cli_run.events() if e["kind"] == "cli_finished"]
+    found: list[dict[str, Any]] = [e for e in cli_run.events() if e["kind"] == "cli_finished"]
     assert found, cli_run.kinds()
     return found[-1]
 

@@ -349,7 +349,7 @@ def test_a_plain_program_is_done_on_exit_0_or_its_final_event() -> None:
 def _invocation(flavor: Any, settings: Any, tmp_path: Path, prompt: str = "-do it") -> Invocation:
     home = tmp_path / "home"
     env = {"PATH": "/usr/bin", "HOME": str(home), "TMPDIR": str(tmp_path / "tmp")}
-    return flavor.invocation(
+    invocation: Invocation = flavor.invocation(
         settings,
         program="/bin/cli",
         prompt=prompt,
@@ -359,6 +359,7 @@ def _invocation(flavor: Any, settings: Any, tmp_path: Path, prompt: str = "-do i
         env=env,
         home=home,
     )
+    return invocation
 
 
 def test_codex_runs_hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,7 @@ def server() -> Iterator[ScriptedServer]:
         yield scripted
 
 
-def bodies(server: ScriptedServer) -> list[dict]:
+def bodies(server: ScriptedServer) -> list[dict[str, Any]]:
     return [r.body for r in server.stream_requests()]
 
 
