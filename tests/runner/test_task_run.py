@@ -321,7 +321,7 @@ def test_sigkill_mid_round_then_gc_leaves_nothing(tmp_path: Path) -> None:
         and str(p.info["cwd"] or "").startswith(str(dirs.workspaces_dir()))
     ]
     proc.kill()
-    proc.wait()
+    proc.communicate()  # reaps it and closes its pipes
     out = run_cli("gc")
     assert out.returncode == 0, out.stderr
     assert "removed" in out.stdout
