@@ -147,7 +147,7 @@ def _enum_choices(error: ErrorDetails) -> str:
     return "one of: " + listed.replace(" or ", ", ") if listed else _EXPECTED["enum"]
 
 
-def describe(
+def describe(  # noqa: C901 - one sentence per pydantic error type
     error: ErrorDetails, *, model_at: ModelAt, fixes: Mapping[str, str] | None = None
 ) -> str:
     """One pydantic error as one line: the field, what is wrong, what to do.

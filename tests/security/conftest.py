@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from code_runner import sandbox
-from tests.security.harness import TALLY
+from tests.helpers.attacks import TALLY
+from tests.helpers.network import Listener
 
 REPORT_ENV = "CODE_RUNNER_ATTACK_REPORT"  # a file to write {"tried": N, "held": M} to
 
@@ -65,35 +64,6 @@ def visible_dir() -> Iterator[Path]:
         shutil.rmtree(here, ignore_errors=True)
         if not any(parent.iterdir()):
             parent.rmdir()
-
-
-class Listener:
-    """A TCP server on 127.0.0.1 that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 @pytest.fixture

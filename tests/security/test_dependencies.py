@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXED_BOTH, calc_repo, fingerprint
-from tests.security.harness import attack, call, cmd, dump, held
+from tests.helpers.attacks import attack, call, cmd, dump, held
+from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint
 
-pytestmark = pytest.mark.usefixtures("sandbox_works")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sandbox_works")]
 
 
 def _source_with_dependencies(root: Path) -> Path:

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import FIXED_BOTH, PY, fingerprint
-from tests.security.harness import MODES, attack, call, cmd, dump, held
+from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
+from tests.helpers.tasks import FIXED_BOTH, PY, fingerprint
+
+pytestmark = pytest.mark.integration
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file")
 OUTSIDE = [

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git
-from tests.helpers import FIXED_BOTH, PY, calc_repo, fingerprint
-from tests.security.harness import MODES, attack, call, cmd, dump, held
+from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
+from tests.helpers.git import git
+from tests.helpers.tasks import FIXED_BOTH, PY, calc_repo, fingerprint
+
+pytestmark = pytest.mark.integration
 
 GIT_WRITES = [
     "git update-ref refs/heads/evil HEAD",

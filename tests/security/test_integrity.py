@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_repo
-from tests.helpers import CALC, FIXED_ADD, FIXED_BOTH, PY, TESTS
-from tests.security.harness import MODES, attack, call, cmd, dump, held
+from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
+from tests.helpers.git import make_repo
+from tests.helpers.tasks import CALC, FIXED_ADD, FIXED_BOTH, PY, TESTS
+
+pytestmark = pytest.mark.integration
 
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PY} -m pytest -q -p no:cacheprovider"
 PASS_ALL = (

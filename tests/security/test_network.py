@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXED_BOTH, PY
-from tests.security.conftest import Listener
-from tests.security.harness import attack, call, cmd, dump, held
+from tests.helpers.attacks import attack, call, cmd, dump, held
+from tests.helpers.network import Listener
+from tests.helpers.tasks import FIXED_BOTH, PY
 
-pytestmark = pytest.mark.usefixtures("sandbox_works")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sandbox_works")]
 
 
 def _calls(port: int) -> list[dict[str, object]]:

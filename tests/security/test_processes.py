@@ -11,10 +11,10 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.helpers import FIXED_BOTH, PY
-from tests.security.harness import attack, call, cmd, dump, held
+from tests.helpers.attacks import attack, call, cmd, dump, held
+from tests.helpers.tasks import FIXED_BOTH, PY
 
-pytestmark = pytest.mark.usefixtures("sandbox_works")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sandbox_works")]
 
 LIMITS = {"processes": 64, "memory_mb": 256, "file_size_mb": 16, "tmp_mb": 32}
 FORK_MANY = """
@@ -50,7 +50,9 @@ def _fields(report: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for line in report.splitlines():
         if "=" in line:
-            fields.update(part.split("=", 1) for part in line.split())
+            for part in line.split():
+                key, value = part.split("=", 1)
+                fields[key] = value
         else:
             key, _, value = line.partition(":")
             fields[key] = value.split()

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_repo
-from tests.helpers import CALC, FIXED_BOTH, PY, TESTS, fingerprint
-from tests.security.harness import MODES, attack, call, cmd, dump, held
+from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
+from tests.helpers.git import make_repo
+from tests.helpers.tasks import CALC, FIXED_BOTH, PY, TESTS, fingerprint
+
+pytestmark = pytest.mark.integration
 
 SECRETS = {
     "OPENAI_API_KEY": "sk-attack-openai",

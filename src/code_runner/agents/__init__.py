@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+from code_runner import errors
 from code_runner.agents.base import Agent
-from code_runner.errors import PreflightError
 
 AgentFactory = Callable[..., Agent]
 
@@ -66,7 +66,7 @@ def make_agent(backend: str, *, base_dir: Path, source_dir: Path | None = None) 
         target = _KINDS.get(entry.kind) if entry is not None else None
         if target is None:
             choices = sorted({*available_backends(), *configured.backends})
-            raise PreflightError(
+            raise errors.PreflightError(
                 f"unknown backend {backend!r}.",
                 fix=f"use one of: {', '.join(choices)} (as NAME or NAME:ARG, e.g. "
                 "`scripted:fix.json`, `openai:gpt-4o-mini`), or define it as "
@@ -77,4 +77,4 @@ def make_agent(backend: str, *, base_dir: Path, source_dir: Path | None = None) 
     return factory(arg, base_dir=base_dir, source_dir=source_dir, name=name)
 
 
-__all__ = ["AgentFactory", "available_backends", "make_agent", "parse_backend"]
+__all__ = ["Agent", "AgentFactory", "available_backends", "make_agent", "parse_backend"]

@@ -263,7 +263,7 @@ def foreign(journal: Journal) -> list[str]:
     return [e.path for e in journal.entries if classify(root, e) == "other"]
 
 
-def restore(journal: Journal) -> list[str]:
+def restore(journal: Journal) -> list[str]:  # noqa: C901 - ordered passes that are idempotent only together
     """Put every journaled path and directory back to its prior state. Idempotent.
 
     Returns the directories that could not be removed because something else is in them

@@ -358,7 +358,7 @@ def _check_staged(req: ApplyRequest, head: str) -> None:
         )
 
 
-def _check_paths(
+def _check_paths(  # noqa: C901 - one refusal per precondition on a path, in reading order
     req: ApplyRequest, changes: list[PathChange], target: Mapping[str, bytes]
 ) -> tuple[list[journal.Entry], list[journal.DirEntry], dict[str, bytes]]:
     """Each touched path holds its HEAD bytes (status can miss assume-unchanged files), and

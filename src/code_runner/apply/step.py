@@ -94,7 +94,7 @@ def apply_patch(req: ApplyRequest, sink: EventSink) -> ApplyOutcome:
         return ApplyOutcome(refused=True, error=exc.render())
 
 
-def _transact(
+def _transact(  # noqa: C901 - the transaction's outcomes and failures in one place
     req: ApplyRequest, plan: Plan, pre: snapshot.SourceSnapshot, sink: EventSink
 ) -> ApplyOutcome:
     tx = Transaction(req, plan, sink)

@@ -61,7 +61,7 @@ class ProgressPrinter:
             self._status = None
 
     @staticmethod
-    def describe(kind: EventKind, e: dict[str, Any]) -> str | None:
+    def describe(kind: EventKind, e: dict[str, Any]) -> str | None:  # noqa: C901 - one line per event kind: a flat dispatch
         r = e.get("round", 0)
         if kind is EventKind.WORKSPACE_CREATED:
             return f"[dim]workspace[/] {e['path']}"

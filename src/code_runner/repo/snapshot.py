@@ -132,7 +132,7 @@ def take(repo: git.Repo) -> SourceSnapshot:
     )
 
 
-def differences(before: SourceSnapshot, after: SourceSnapshot) -> list[str]:
+def differences(before: SourceSnapshot, after: SourceSnapshot) -> list[str]:  # noqa: C901 - one sentence per kind of difference
     """Each thing that changed between two snapshots, in words. Empty means unchanged."""
     changes: list[str] = []
     if before.head != after.head:

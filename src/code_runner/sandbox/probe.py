@@ -190,7 +190,7 @@ def _attempt(programs: Programs, support: cgroups.CgroupSupport | None) -> tuple
         return _judge(result, ws, session)
 
 
-def _judge(result: proc.ProcResult, ws: _ScratchWorkspace, session: Session) -> tuple[bool, str]:
+def _judge(result: proc.ProcResult, ws: _ScratchWorkspace, session: Session) -> tuple[bool, str]:  # noqa: C901 - one check per guarantee probed
     lines = result.stdout.splitlines()
     fields = {k: v.split() for k, _, v in (line.partition(":") for line in lines) if v}
     checks = {line.split(":", 1)[1] for line in lines if line.startswith("check:")}

@@ -45,7 +45,7 @@ def is_dot_git(segment: str) -> bool:
     return bool(name.startswith(".git:") or name == "git~1")
 
 
-def path_problem(path: str) -> str | None:
+def path_problem(path: str) -> str | None:  # noqa: C901 - one rule per way a path is unsafe
     """Why `path` is not an acceptable repo-relative path, or None when it is.
 
     A single trailing slash is allowed (it marks a directory in the allowlist).

@@ -86,7 +86,7 @@ class Budget:
             ends.append(self.run_started + self.limits.run_wall_clock_s)
         return min(ends) if ends else None
 
-    def check(self, turns_this_round: int) -> Exceeded | None:
+    def check(self, turns_this_round: int) -> Exceeded | None:  # noqa: C901 - one early return per budget kind, checked in order
         """The budget that forbids another model call, if any."""
         limits, now = self.limits, self.clock()
         if limits.run_wall_clock_s is not None and self.run_started is not None:

@@ -209,7 +209,7 @@ class OpenAIChatClient:
             self.transcript.write("response", **tag, attempt=attempt, **turn.to_record())
             return turn
 
-    def _stream(self, body: Mapping[str, Any], deadline: float | None) -> ModelTurn:
+    def _stream(self, body: Mapping[str, Any], deadline: float | None) -> ModelTurn:  # noqa: C901 - one except per SDK failure, each its own failure kind
         started = time.monotonic()
         limit = self.settings.request_timeout_s
         if deadline is not None:

@@ -1,0 +1,82 @@
+"""The source snapshot is the last wall: every kind of change to the source must show."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from code_runner.repo import git as repo_git
+from code_runner.repo import snapshot
+from tests.helpers.git import git, make_repo
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    repo = make_repo(tmp_path / "repo", {"a.py": "a\n", "dir/b.py": "b\n"})
+    (repo / "untracked.txt").write_text("mine\n")
+    (repo / "a.py").write_text("dirty\n")
+    return repo
+
+
+def _bump(path: Path) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """A new content whose size may match the old: the mtime moves on regardless."""
+    path.write_text(text)
+    _bump(path)
+
+
+CHANGES: dict[str, Callable[[Path], object]] = {
+    "tracked file modified": lambda r: (r / "dir/b.py").write_text("changed\n"),
+    "tracked file deleted": lambda r: (r / "dir/b.py").unlink(),
+    "dirty file rewritten": lambda r: _rewrite(r / "a.py", "dirtier\n"),
+    "untracked file rewritten": lambda r: _rewrite(r / "untracked.txt", "theirs\n"),
+    "untracked file added": lambda r: (r / "new.txt").write_text("x\n"),
+    "commit made": lambda r: git(r, "commit", "-q", "--allow-empty", "-m", "x"),
+    "branch created": lambda r: git(r, "branch", "evil"),
+    "tag created": lambda r: git(r, "tag", "v9"),
+    "HEAD detached": lambda r: git(r, "checkout", "-q", "--detach"),
+    "config changed": lambda r: git(r, "config", "core.fsmonitor", "/tmp/x"),
+    "hook added": lambda r: (r / ".git/hooks/pre-commit").write_text("#!/bin/sh\n"),
+    "index changed": lambda r: git(r, "add", "a.py"),
+    "stash made": lambda r: git(r, "stash", "-q"),
+    "exclude changed": lambda r: (r / ".git/info/exclude").write_text("*.log\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHANGES))
+def test_every_kind_of_change_is_named(source: Path, name: str) -> None:
+    repo = repo_git.open_source(source)
+    before = snapshot.take(repo)
+    assert snapshot.differences(before, snapshot.take(repo)) == []
+    CHANGES[name](source)
+    diffs = snapshot.differences(before, snapshot.take(repo))
+    assert diffs, f"{name} went unnoticed"
+
+
+def test_taking_a_snapshot_writes_nothing(source: Path) -> None:
+    index = source / ".git/index"
+    time.sleep(0.01)
+    (source / "dir/b.py").touch()  # stat-dirty: a plain `git status` would rewrite the index
+    before_bytes = index.read_bytes()
+    before_mtime = index.stat().st_mtime_ns
+    snapshot.take(repo_git.open_source(source))
+    assert index.read_bytes() == before_bytes
+    assert index.stat().st_mtime_ns == before_mtime
+
+
+def test_unborn_repo(tmp_path: Path) -> None:
+    repo_dir = tmp_path / "empty"
+    repo_dir.mkdir()
+    git(repo_dir, "init", "-q")
+    snap = snapshot.take(repo_git.open_source(repo_dir))
+    assert snap.head is None
