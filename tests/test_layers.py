@@ -7,29 +7,55 @@ layer 1, and only the CLI imports it.
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.layers import Beside, Layers, cycles, imports, own_faces, upward
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "code_runner"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "code_runner"
 
-LAYERS = Layers(
-    stack=[
-        frozenset({"errors", "events", "proc", "files", "dirs", "clock", "problems"})
-        | {"testing", "demo"},
-        frozenset({"repo", "config", "sandbox", "verify"}),
-        frozenset({"task"}),
-        frozenset({"workspace", "tools"}),
-        frozenset({"record"}),
-        frozenset({"agents", "apply"}),
-        frozenset({"runner"}),
-        frozenset({"cli"}),
-        frozenset({"__main__"}),  # `python -m code_runner`: the console entry point
-    ],
-    beside={"monitor": Beside(imports=frozenset({1}), imported_by=frozenset({"cli"}))},
-)
+
+def _layers_of_the_doc() -> Layers:
+    """The layer list written in docs/architecture.md, as the checker's `Layers`."""
+    spec = importlib.util.spec_from_file_location(
+        "gen_module_map", ROOT / "scripts/gen_module_map.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    named: dict[str, str] = module.read_layers((ROOT / "docs/architecture.md").read_text())
+    numbers = sorted({int(layer) for layer in named.values() if layer.isdigit()})
+    assert numbers == list(range(1, len(numbers) + 1)), f"layers must be numbered 1..N: {numbers}"
+    stack = [frozenset(unit for unit, layer in named.items() if layer == str(n)) for n in numbers]
+    stack.append(frozenset({"__main__"}))  # `python -m code_runner`: the console entry point
+    beside = {
+        unit: Beside(imports=frozenset({1}), imported_by=frozenset({"cli"}))
+        for unit, layer in named.items()
+        if layer == "beside"
+    }
+    return Layers(stack=stack, beside=beside)
+
+
+LAYERS = _layers_of_the_doc()
+
+
+def test_the_doc_names_the_layers_this_test_was_written_for() -> None:
+    assert LAYERS.stack[0] >= {"errors", "events", "proc", "files", "dirs", "clock", "problems"}
+    assert "monitor" in LAYERS.beside and "cli" in LAYERS.stack[-2]
+
+
+def test_the_module_map_in_the_doc_is_current() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/gen_module_map.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_every_top_level_package_has_a_place() -> None:
