@@ -24,11 +24,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from code_runner import agents, apply, gitx, proc, run_report, snapshot, verify, workspace
+from code_runner import (
+    agents,
+    apply,
+    gitx,
+    proc,
+    run_leases,
+    run_report,
+    snapshot,
+    verify,
+    workspace,
+)
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
 from code_runner.agents.cli_agents import contract
 from code_runner.cleanup import RUN_ID_ENV
-from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
+from code_runner.errors import CodeRunnerError, DiskFull, Interrupted, PreflightError
 from code_runner.events import EventKind
 from code_runner.record import (
     Reason,
@@ -593,7 +603,9 @@ class TaskRun:
                     "stopped by `code-runner stop`" if stopped else exc.message,
                 )
             except CodeRunnerError as exc:
-                self.status, self.reason = ResultStatus.ERROR, Reason.WORKSPACE_ERROR
+                self.status = ResultStatus.ERROR
+                full = isinstance(exc, DiskFull)
+                self.reason = Reason.DISK_FULL if full else Reason.WORKSPACE_ERROR
                 self.error = exc.render()
                 record.emit(EventKind.ERROR, message=exc.render())
             except Exception as exc:
@@ -752,12 +764,23 @@ def _version() -> str:
 def run_task(pre: Preflight, *, listeners: list[Any] | None = None) -> RunOutcome:
     """Run a preflighted task to its end. The record is in `pre.spec.output_dir`."""
     run_id = new_run_id(pre.spec.task_id)
-    record = RunRecord.open(
-        pre.spec.output_dir, pre.spec.task_id, run_id, max_rounds=pre.spec.max_rounds
-    )
-    for listener in listeners or []:
-        record.subscribe(listener)
-    return TaskRun(pre, record, run_id).execute()
+    # the run lease lets `gc` finish the record of a run killed at any point
+    run_leases.take(run_id, pre.spec.output_dir, pre.spec.task_id)
+    record: RunRecord | None = None
+    try:
+        record = RunRecord.open(
+            pre.spec.output_dir, pre.spec.task_id, run_id, max_rounds=pre.spec.max_rounds
+        )
+        for listener in listeners or []:
+            record.subscribe(listener)
+        return TaskRun(pre, record, run_id).execute()
+    except DiskFull as exc:
+        if record is not None and not record.finished:
+            record.give_up(exc.message)
+        raise
+    finally:
+        if record is not None and record.finished:
+            run_leases.drop(run_id)
 
 
 __all__ = ["Preflight", "RunOutcome", "TaskRun", "command_env", "preflight", "run_task"]
