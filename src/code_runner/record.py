@@ -7,6 +7,7 @@ here: states are an Enum and the allowed transitions are one table.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -23,6 +24,7 @@ from code_runner.errors import CodeRunnerError
 from code_runner.events import EventKind
 
 SCHEMA_VERSION = 1
+RESERVE_BYTES = 64 * 1024  # a terminal status, a result and a few events, on any disk
 
 
 class RunState(StrEnum):
@@ -110,6 +112,7 @@ class Reason(StrEnum):
     INTERRUPTED = "interrupted"
     WORKSPACE_ERROR = "workspace_error"
     INTERNAL_ERROR = "internal_error"
+    DISK_FULL = "disk_full"  # the record could not be written
     ABANDONED = "abandoned"
     # complete-task mode: the isolated DoD passed, landing the patch in the source did not
     APPLY_REFUSED = "apply_refused"  # the source was not in a state to take it; untouched
@@ -132,6 +135,11 @@ class RecordPaths:
 
     def file(self, suffix: str) -> Path:
         return self.output_dir / f"{self.task_id}.{suffix}"
+
+    @property
+    def reserve(self) -> Path:
+        """Disk space held while the run works, so its last status fits on a full disk."""
+        return self.file("reserve")
 
     @property
     def request(self) -> Path:
@@ -237,6 +245,7 @@ class RunRecord:
         self._seq = 0
         self._listeners: list[Listener] = []
         self._started = time.monotonic()
+        self.finished = False  # a terminal status is on disk
 
     @classmethod
     def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
@@ -259,13 +268,19 @@ class RunRecord:
             "tmux.json",
             "stop",
             "transcript.jsonl",
+            "reserve",
         ):
             path = paths.file(suffix)
             if path.exists():
                 path.unlink()
         shutil.rmtree(paths.agent_dir, ignore_errors=True)
         record = cls(paths, run_id, max_rounds=max_rounds)
-        record.write_status()
+        fsx.reserve(paths.reserve, RESERVE_BYTES)  # DiskFull: no room for a run; none made
+        try:
+            record.write_status()
+        except CodeRunnerError as exc:  # DiskFull: the reserve filled the disk
+            record.give_up(exc.message)
+            raise
         return record
 
     def subscribe(self, listener: Listener) -> None:
@@ -327,6 +342,33 @@ class RunRecord:
             },
             durable=self.state in TERMINAL_STATES,  # rewritten often; the last one is synced
         )
+        if self.state in TERMINAL_STATES:
+            self.finished = True
+            fsx.release_reserve(self.paths.reserve)
+
+    def give_up(self, error: str) -> None:
+        """The run cannot finish its record (the disk is full): give back the reserved
+        space and write what must be there, a terminal `error` status and, if none was
+        written, a result saying why. Anything that still fails is left to `gc`."""
+        fsx.release_reserve(self.paths.reserve)
+        old, self.state, self.step = self.state, RunState.ERROR, f"record: {error}"
+        with contextlib.suppress(CodeRunnerError):
+            self.emit(EventKind.STATE_CHANGED, from_state=old.value, to_state="error", step=error)
+        with contextlib.suppress(CodeRunnerError):
+            self.write_status()
+            if not self.paths.result.exists():
+                fsx.atomic_write_json(
+                    self.paths.result,
+                    {
+                        "schema_version": SCHEMA_VERSION,
+                        "run_id": self.run_id,
+                        "task_id": self.paths.task_id,
+                        "status": ResultStatus.ERROR.value,
+                        "reason": Reason.DISK_FULL.value,
+                        "dod_passed": False,
+                        "error": error,
+                    },
+                )
 
     # --- artifacts ---------------------------------------------------------------------
 
