@@ -151,7 +151,7 @@ def workspaces() -> list[str]:
 
 
 def run_processes(run_ids: set[str] | None = None) -> list[str]:
-    """Live processes started by a code-runner run of this test (they carry its run id)."""
+    """Live processes started by the soak's runs (they carry the run id in their env)."""
     found = []
     for process in psutil.process_iter(["pid", "status"]):
         try:
@@ -160,7 +160,9 @@ def run_processes(run_ids: set[str] | None = None) -> list[str]:
             run_id = process.environ().get(RUN_ID_ENV)
         except (psutil.Error, OSError):
             continue
-        if run_id and (run_ids is None or run_id in run_ids):
+        # the soak's task ids start with "soak-"; other code-runner runs on the machine
+        # (another test session's) are not ours to count
+        if run_id and (run_id in run_ids if run_ids is not None else run_id.startswith("soak-")):
             found.append(f"{process.pid} ({run_id}): {' '.join(process.cmdline())[:120]}")
     return found
 
