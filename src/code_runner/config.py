@@ -108,6 +108,8 @@ class OpenAIBackend(ProviderSettings):
     retries: Annotated[int, Field(strict=True, ge=0, le=10)] = 3
     retry_backoff_s: Annotated[float, Field(ge=0, le=60, allow_inf_nan=False)] = 1.0
     max_retry_wait_s: Annotated[float, Field(ge=0, le=600, allow_inf_nan=False)] = 60.0
+    # a longer SSE line ends the stream as malformed (it would otherwise grow without bound)
+    max_stream_line_bytes: Annotated[int, Field(strict=True, ge=1024, le=1 << 30)] = 8 << 20
 
 
 class AgentCliSettings(ProviderSettings):

@@ -66,6 +66,17 @@ class EnvironmentProblem(CodeRunnerError):
     exit_code = 3
 
 
+class DiskFull(EnvironmentProblem):
+    """A file of the record (or the state dir) could not be written: the disk is full."""
+
+    def __init__(self, path: object, reason: str = "no space left on device") -> None:
+        super().__init__(
+            f"could not write {path}: {reason}.",
+            fix="free space on that disk (or give the task another output_dir), then run "
+            "`code-runner gc`: it marks the record abandoned and removes what the run left.",
+        )
+
+
 class PreflightError(EnvironmentProblem):
     """A check before any workspace is made failed."""
 

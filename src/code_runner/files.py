@@ -7,6 +7,7 @@ directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls o
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -16,25 +17,40 @@ from pathlib import Path
 from typing import Any
 
 from code_runner import proc
+from code_runner.errors import DiskFull
+
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@contextlib.contextmanager
+def _disk_full_is_typed(path: Path) -> Iterator[None]:
+    """ENOSPC / EDQUOT become `DiskFull` (an expected failure with a fix, not a bug)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise DiskFull(path, os.strerror(exc.errno).lower()) from None
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
     """Replace `path` with `data` atomically. `durable=False` skips the fsync: the file
     is still never torn for a reader or after a process crash, only after power loss."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with _disk_full_is_typed(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                if durable:
+                    os.fsync(f.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
@@ -52,12 +68,39 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
 
 def append_jsonl(path: Path, data: Any) -> None:
     line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    with _disk_full_is_typed(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+
+
+def reserve(path: Path, size: int) -> None:
+    """Hold `size` bytes of the disk in `path`, to be given back by `release_reserve` when
+    the disk is full and a last write (a final status) must still succeed."""
+    with _disk_full_is_typed(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            block = memoryview(b"\0" * size)  # real blocks: a sparse file reserves nothing
+            while block:
+                block = block[os.write(fd, block) :]  # a short write, then ENOSPC
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+
+
+def release_reserve(path: Path) -> bool:
+    """Give the reserved space back; True if there was any."""
     try:
-        os.write(fd, line.encode("utf-8", "surrogateescape"))
-    finally:
-        os.close(fd)
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_jsonl(path: Path) -> list[Any]:

@@ -19,6 +19,7 @@ from code_runner.apply.journal import Journal, Phase, apply_lock
 from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError
 from code_runner.events import EventKind, EventSink
+from code_runner.proc import kill_run_processes
 from code_runner.record import RecordPaths
 from code_runner.repo import git
 
@@ -46,8 +47,6 @@ def repair(path: Path, *, sink: EventSink | None = None, dry_run: bool = False) 
         return Repair(**base, action="closed")
     if dry_run:
         return Repair(**base, action="would repair")
-    from code_runner.proc import kill_run_processes  # cleanup imports this module
-
     kill_run_processes(j.run_id)  # a DoD still running must not write while we restore
     others = journal.foreign(j)
     if others:

@@ -15,6 +15,11 @@ class RecordPaths:
         return self.output_dir / f"{self.task_id}.{suffix}"
 
     @property
+    def reserve(self) -> Path:
+        """Disk space held while the run works, so its last status fits on a full disk."""
+        return self.file("reserve")
+
+    @property
     def request(self) -> Path:
         return self.file("request.json")
 

@@ -99,6 +99,7 @@ class Reason(StrEnum):
     INTERRUPTED = "interrupted"
     WORKSPACE_ERROR = "workspace_error"
     INTERNAL_ERROR = "internal_error"
+    DISK_FULL = "disk_full"  # the record could not be written
     ABANDONED = "abandoned"
     # complete-task mode: the isolated DoD passed, landing the patch in the source did not
     APPLY_REFUSED = "apply_refused"  # the source was not in a state to take it; untouched

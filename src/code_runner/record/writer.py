@@ -6,6 +6,7 @@ in `state`: states are an Enum and the allowed transitions are one table."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -15,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from code_runner import clock, files
-from code_runner.errors import IllegalTransition
+from code_runner.errors import CodeRunnerError, IllegalTransition
 from code_runner.events import EventKind
 from code_runner.record.paths import RecordPaths
-from code_runner.record.state import TERMINAL_STATES, TRANSITIONS, RunState
+from code_runner.record.state import TERMINAL_STATES, TRANSITIONS, Reason, ResultStatus, RunState
 
 SCHEMA_VERSION = 1
+RESERVE_BYTES = 64 * 1024  # a terminal status, a result and a few events, on any disk
 
 
 Listener = Callable[[EventKind, dict[str, Any]], None]
@@ -40,6 +42,7 @@ class RunRecord:
         self._seq = 0
         self._listeners: list[Listener] = []
         self._started = time.monotonic()
+        self.finished = False  # a terminal status is on disk
 
     @classmethod
     def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
@@ -62,13 +65,19 @@ class RunRecord:
             "tmux.json",
             "stop",
             "transcript.jsonl",
+            "reserve",
         ):
             path = paths.file(suffix)
             if path.exists():
                 path.unlink()
         shutil.rmtree(paths.agent_dir, ignore_errors=True)
         record = cls(paths, run_id, max_rounds=max_rounds)
-        record.write_status()
+        files.reserve(paths.reserve, RESERVE_BYTES)  # DiskFull: no room for a run; none made
+        try:
+            record.write_status()
+        except CodeRunnerError as exc:  # DiskFull: the reserve filled the disk
+            record.give_up(exc.message)
+            raise
         return record
 
     def subscribe(self, listener: Listener) -> None:
@@ -130,6 +139,33 @@ class RunRecord:
             },
             durable=self.state in TERMINAL_STATES,  # rewritten often; the last one is synced
         )
+        if self.state in TERMINAL_STATES:
+            self.finished = True
+            files.release_reserve(self.paths.reserve)
+
+    def give_up(self, error: str) -> None:
+        """The run cannot finish its record (the disk is full): give back the reserved
+        space and write what must be there, a terminal `error` status and, if none was
+        written, a result saying why. Anything that still fails is left to `gc`."""
+        files.release_reserve(self.paths.reserve)
+        old, self.state, self.step = self.state, RunState.ERROR, f"record: {error}"
+        with contextlib.suppress(CodeRunnerError):
+            self.emit(EventKind.STATE_CHANGED, from_state=old.value, to_state="error", step=error)
+        with contextlib.suppress(CodeRunnerError):
+            self.write_status()
+            if not self.paths.result.exists():
+                files.atomic_write_json(
+                    self.paths.result,
+                    {
+                        "schema_version": SCHEMA_VERSION,
+                        "run_id": self.run_id,
+                        "task_id": self.paths.task_id,
+                        "status": ResultStatus.ERROR.value,
+                        "reason": Reason.DISK_FULL.value,
+                        "dod_passed": False,
+                        "error": error,
+                    },
+                )
 
     # --- artifacts ---------------------------------------------------------------------
 

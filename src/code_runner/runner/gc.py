@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from code_runner import apply, files, workspace
+import code_runner.runner.leases as run_leases
+from code_runner import apply, dirs, files, workspace
 from code_runner.clock import utc_now
 from code_runner.events import EventKind
 from code_runner.proc import kill_run_processes
@@ -48,6 +49,8 @@ def _mark_abandoned(output_dir: Path, run_id: str, why: str) -> str | None:
         if RunState(status.get("state", "pending")) in TERMINAL_STATES:
             return None
         task_id = str(status.get("task_id"))
+        # the space the run held for its last words: on a full disk they are ours now
+        files.release_reserve(output_dir / f"{task_id}.reserve")
         events = output_dir / f"{task_id}.events.jsonl"
         files.append_jsonl(
             events,
@@ -98,7 +101,35 @@ def collect(*, dry_run: bool = False, stale_after_s: float = 60.0) -> list[Remov
             remove_leftovers(left.run_id)  # the run's sandbox cgroups, if it had any
             if left.output_dir:
                 marked = _mark_abandoned(Path(left.output_dir), left.run_id, left.reason)
+            run_leases.drop(left.run_id)
         removed.append(Removed(str(left.root), left.run_id, left.reason, marked, killed))
+    return removed + _collect_dead_runs(dry_run=dry_run, done={r.run_id for r in removed})
+
+
+def _collect_dead_runs(*, dry_run: bool, done: set[str]) -> list[Removed]:
+    """Runs whose process died where no workspace lease covers it: before the workspace
+    existed (or had its lease), or after it was released but before the record was final."""
+    removed: list[Removed] = []
+    for path, lease in run_leases.registered():
+        run_id = str(lease.get("run_id") or path.stem)
+        if run_id in done or workspace.lease_is_live(lease):
+            continue
+        why = f"owner pid {lease.get('pid')} is gone"
+        root = dirs.workspaces_dir() / run_id
+        had_workspace = root.is_dir() and not root.is_symlink()
+        marked = None
+        killed: tuple[int, ...] = ()
+        if not dry_run:
+            killed = kill_run_processes(run_id)
+            if had_workspace:
+                files.force_rmtree(root)
+            remove_leftovers(run_id)
+            if lease.get("output_dir"):
+                marked = _mark_abandoned(Path(str(lease["output_dir"])), run_id, why)
+            path.unlink(missing_ok=True)
+        if had_workspace or marked or killed:
+            where = str(root) if had_workspace else str(path)
+            removed.append(Removed(where, run_id, why, marked, killed))
     return removed
 
 

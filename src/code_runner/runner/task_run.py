@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import code_runner.runner.leases as run_leases
 from code_runner import apply, clock, proc, verify, workspace
 from code_runner.agents.base import AgentOutcome, AgentStop, BudgetKind, RoundContext
-from code_runner.errors import CodeRunnerError, Interrupted
+from code_runner.errors import CodeRunnerError, DiskFull, Interrupted
 from code_runner.events import EventKind
 from code_runner.proc import signals_as_interrupt
 from code_runner.record import (
@@ -471,7 +472,9 @@ class TaskRun:
                     "stopped by `code-runner stop`" if stopped else exc.message,
                 )
             except CodeRunnerError as exc:
-                self.status, self.reason = ResultStatus.ERROR, Reason.WORKSPACE_ERROR
+                self.status = ResultStatus.ERROR
+                full = isinstance(exc, DiskFull)
+                self.reason = Reason.DISK_FULL if full else Reason.WORKSPACE_ERROR
                 self.error = exc.render()
                 record.emit(EventKind.ERROR, message=exc.render())
             except Exception as exc:
@@ -610,12 +613,23 @@ def _version() -> str:
 def run_task(pre: Preflight, *, listeners: list[Any] | None = None) -> RunOutcome:
     """Run a preflighted task to its end. The record is in `pre.spec.output_dir`."""
     run_id = new_run_id(pre.spec.task_id)
-    record = RunRecord.open(
-        pre.spec.output_dir, pre.spec.task_id, run_id, max_rounds=pre.spec.max_rounds
-    )
-    for listener in listeners or []:
-        record.subscribe(listener)
-    return TaskRun(pre, record, run_id).execute()
+    # the run lease lets `gc` finish the record of a run killed at any point
+    run_leases.take(run_id, pre.spec.output_dir, pre.spec.task_id)
+    record: RunRecord | None = None
+    try:
+        record = RunRecord.open(
+            pre.spec.output_dir, pre.spec.task_id, run_id, max_rounds=pre.spec.max_rounds
+        )
+        for listener in listeners or []:
+            record.subscribe(listener)
+        return TaskRun(pre, record, run_id).execute()
+    except DiskFull as exc:
+        if record is not None and not record.finished:
+            record.give_up(exc.message)
+        raise
+    finally:
+        if record is not None and record.finished:
+            run_leases.drop(run_id)
 
 
 __all__ = ["RunOutcome", "TaskRun", "run_task"]

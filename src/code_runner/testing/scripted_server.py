@@ -8,7 +8,9 @@ streaming path consumes the next step of the script:
 - a turn object of the protocol (rendered to SSE events), optionally wrapped in `Reply`
   to cut the stream, stall it, or slow it down;
 - `Fail(status, body, headers)`: an HTTP error with a JSON body (a 429 with `Retry-After`,
-  a 500, a 400 with the server's message).
+  a 500, a 400 with the server's message);
+- `Raw(pieces, ...)`: bytes written as they are, under any status and content type, with
+  honest or broken HTTP framing and an optional drip (a malformed stream on purpose).
 
 A request after the last step gets a 400 saying the script is exhausted, so a test that
 asks for more than it scripted fails fast instead of retrying. `requests` holds every
@@ -91,6 +93,25 @@ class Fail:
     message: str = "scripted failure"
     headers: Mapping[str, str] = field(default_factory=dict)
     body: Any = None  # overrides the protocol's error body when given
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A response body written byte for byte: garbage, bad JSON, huge lines, wrong framing.
+
+    `framing`: "chunked" sends each piece as one HTTP chunk and ends the body properly;
+    "close" sends no length and ends the body by closing the connection; "lying" declares
+    chunked transfer but writes the pieces unframed. `delay_s` pauses before each piece (a
+    slow drip); `abrupt` closes the socket after the last piece without ending the body.
+    """
+
+    pieces: Sequence[bytes]
+    status: int = 200
+    content_type: str | None = "text/event-stream"
+    framing: str = "chunked"
+    delay_s: float = 0.0
+    abrupt: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,9 +285,16 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._json(step.status, payload, step.headers)
             return
+        if isinstance(step, Raw):
+            logged.status = step.status
+            self._raw(step)
+            return
         reply = step if isinstance(step, Reply) else Reply(step)
-        events = protocol.render(reply.turn, body)
         logged.status = 200
+        self._stream(reply, protocol.render(reply.turn, body))
+
+    def _stream(self, reply: Reply, events: list[SseEvent]) -> None:
+        """A 200 event stream, with the reply's scripted cut, stall or drip."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -295,6 +323,40 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def _raw(self, raw: Raw) -> None:
+        try:
+            phrase = HTTPStatus(raw.status).phrase
+        except ValueError:
+            phrase = "Scripted"
+        self.send_response(raw.status, phrase)
+        if raw.content_type is not None:
+            self.send_header("Content-Type", raw.content_type)
+        if raw.framing in ("chunked", "lying"):
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        for name, value in raw.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.flush()
+        for piece in raw.pieces:
+            if raw.delay_s and self.scripted._wait(raw.delay_s):
+                self._drop()
+                return
+            if raw.framing == "chunked" and piece:
+                self._chunk(piece)
+            else:
+                self.wfile.write(piece)
+                self.wfile.flush()
+        if raw.abrupt:
+            self._drop()
+        elif raw.framing == "chunked":
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        else:
+            self._drop()
 
     def _chunk(self, data: bytes, *, end: bool = False) -> None:
         tail = b"0\r\n\r\n" if end else b""
@@ -326,4 +388,4 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-__all__ = ["Fail", "LoggedRequest", "Reply", "ScriptedServer", "SseEvent", "WireProtocol"]
+__all__ = ["Fail", "LoggedRequest", "Raw", "Reply", "ScriptedServer", "SseEvent", "WireProtocol"]

@@ -8,11 +8,17 @@
   reported at once with the server's own message. The SDK's own retries are off, so every
   attempt is ours and is in the transcript.
 - A request may take at most `request_timeout_s` (no byte for that long, or that long in
-  all), and never past the deadline of a wall-clock budget.
+  all, however slowly the bytes trickle in), and never past the deadline of a wall-clock
+  budget.
+- A malformed stream (a data line that is not JSON or not UTF-8, a body that is not SSE or
+  has another content type, a chunk of an unexpected shape, a line longer than
+  `max_stream_line_bytes`) is a `stream_malformed` failure, retried like a cut stream; the
+  offending bytes (at most 1 KiB) go into the transcript.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import os
 import time
@@ -24,6 +30,14 @@ from typing import Any
 
 import openai
 
+from code_runner.agents.model.stream_guard import (
+    EVIDENCE_BYTES,
+    ChunkShapeError,
+    MalformedStream,
+    StreamGuard,
+    StreamTooLong,
+    malformed,
+)
 from code_runner.agents.model.transcript import (
     FailureKind,
     ModelError,
@@ -50,6 +64,7 @@ class _Failure(Exception):
     status: int | None = None
     retry_after_s: float | None = None
     retryable: bool = True
+    evidence: str | None = None  # the offending bytes of a malformed stream, bounded
 
 
 @dataclass
@@ -71,41 +86,46 @@ class _Accumulator:
         self.model = ""
 
     def add(self, chunk: object) -> None:
+        """Join one chunk; ChunkShapeError if it is not shaped like a Chat Completions chunk
+        (unknown fields are fine, a known field of the wrong type is not)."""
         self.chunks += 1
         if not isinstance(chunk, Mapping):
-            return
-        self.model = self.model or str(chunk.get("model") or "")
-        usage = chunk.get("usage")
-        if isinstance(usage, Mapping):
+            raise ChunkShapeError(f"a chunk is a JSON {_json_type(chunk)}, not an object", chunk)
+        self.model = self.model or _text(chunk, "model", chunk)
+        usage = _field(chunk, "usage", Mapping, chunk)
+        if usage is not None:
             self.usage = Usage(
-                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+                _count(usage, "prompt_tokens", chunk), _count(usage, "completion_tokens", chunk)
             )
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, Mapping) or choice.get("index") not in (0, None):
+        for choice in _field(chunk, "choices", list, chunk) or []:
+            if not isinstance(choice, Mapping):
+                raise ChunkShapeError("a choice is not an object", chunk)
+            if choice.get("index") not in (0, None):
                 continue
-            delta = choice.get("delta")
-            if isinstance(delta, Mapping):
-                content = delta.get("content")
-                if isinstance(content, str) and content:
-                    self.content.append(content)
-                for position, tool in enumerate(delta.get("tool_calls") or []):
-                    if isinstance(tool, Mapping):
-                        self._add_call(position, tool)
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
+            delta = _field(choice, "delta", Mapping, chunk) or {}
+            content = _text(delta, "content", chunk)
+            if content:
+                self.content.append(content)
+            for position, tool in enumerate(_field(delta, "tool_calls", list, chunk) or []):
+                if not isinstance(tool, Mapping):
+                    raise ChunkShapeError("a tool call is not an object", chunk)
+                self._add_call(position, tool, chunk)
+            finish = _text(choice, "finish_reason", chunk)
+            if finish:
+                self.finish_reason = finish
 
-    def _add_call(self, position: int, tool: Mapping[str, Any]) -> None:
+    def _add_call(self, position: int, tool: Mapping[str, Any], chunk: object) -> None:
         index = tool.get("index")
-        call = self.calls.setdefault(index if isinstance(index, int) else position, _Call())
-        call.id = call.id or str(tool.get("id") or "")
-        function = tool.get("function")
-        if isinstance(function, Mapping):
-            name = function.get("name")
-            if isinstance(name, str) and name and name != call.name:
-                call.name += name
-            arguments = function.get("arguments")
-            if isinstance(arguments, str) and arguments:
-                call.arguments.append(arguments)
+        key = index if isinstance(index, int) and not isinstance(index, bool) else position
+        call = self.calls.setdefault(key, _Call())
+        call.id = call.id or _text(tool, "id", chunk)
+        function = _field(tool, "function", Mapping, chunk) or {}
+        name = _text(function, "name", chunk)
+        if name and name != call.name:
+            call.name += name
+        arguments = _text(function, "arguments", chunk)
+        if arguments:
+            call.arguments.append(arguments)
 
     def turn(self, duration_s: float, ttft_s: float | None) -> ModelTurn:
         calls = tuple(
@@ -122,6 +142,46 @@ class _Accumulator:
             ttft_s=ttft_s,
             model=self.model,
         )
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type, chunk: object) -> Any:
+    """`data[key]` if it is a `kind` (or absent/null: None); else ChunkShapeError."""
+    value = data.get(key)
+    if value is None or isinstance(value, kind):
+        return value
+    raise ChunkShapeError(f"{key} is a JSON {_json_type(value)}", chunk)
+
+
+def _text(data: Mapping[str, Any], key: str, chunk: object) -> str:
+    return str(_field(data, key, str, chunk) or "")
+
+
+def _count(usage: Mapping[str, Any], key: str, chunk: object) -> int:
+    value = usage.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    raise ChunkShapeError(f"usage.{key} is {value!r}, not a token count", chunk)
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    for kind, name in names.items():
+        if isinstance(value, kind):
+            return name
+    return "number"
+
+
+class _GuardedOpenAI(openai.OpenAI):
+    """The SDK's client, with every stream's bytes read through the current `StreamGuard`."""
+
+    guard: StreamGuard | None = None
+
+    def _make_sse_decoder(self) -> Any:
+        return self.guard.decoder() if self.guard is not None else super()._make_sse_decoder()
 
 
 class OpenAIChatClient:
@@ -141,7 +201,7 @@ class OpenAIChatClient:
         self.transcript = transcript
         self.sleep = sleep
         self.base_url = effective_base_url(settings)
-        self._sdk = openai.OpenAI(
+        self._sdk = _GuardedOpenAI(
             api_key=api_key or "no-key",
             base_url=self.base_url,
             max_retries=0,
@@ -192,6 +252,7 @@ class OpenAIChatClient:
                         duration_s=duration_s,
                         retry_in_s=None,
                         **final.to_record(),
+                        **_evidence(failure),
                     )
                     raise final from None
                 self.transcript.write(
@@ -203,6 +264,7 @@ class OpenAIChatClient:
                     failure=failure.kind.value,
                     status=failure.status,
                     message=failure.message,
+                    **_evidence(failure),
                 )
                 self.sleep(wait)
                 continue
@@ -220,6 +282,8 @@ class OpenAIChatClient:
                 )
         acc = _Accumulator()
         ttft: float | None = None
+        guard = StreamGuard(limit_s=limit, max_line_bytes=self.settings.max_stream_line_bytes)
+        self._sdk.guard = guard
         try:
             # `post` is the SDK's documented way to send a body as is, and `object` asks for
             # the chunks as plain JSON: `create` would walk every message through its
@@ -234,14 +298,24 @@ class OpenAIChatClient:
                 stream_cls=openai.Stream[object],
             )
             with stream:
+                _check_content_type(stream.response, guard)
                 for chunk in stream:
                     now = time.monotonic()
                     ttft = now - started if ttft is None else ttft
                     acc.add(chunk)
                     if now - started > limit:
                         raise self._too_long(now - started, deadline)
-        except openai.APITimeoutError:
+        except (openai.APITimeoutError, StreamTooLong):
             raise self._too_long(time.monotonic() - started, deadline) from None
+        except (ValueError, MalformedStream) as exc:
+            # json.JSONDecodeError and UnicodeDecodeError from inside the SDK's iterator,
+            # ChunkShapeError from ours, MalformedStream from the guard
+            bad = malformed(exc, guard)
+            raise _Failure(
+                FailureKind.STREAM_MALFORMED,
+                f"the stream is malformed: {bad.message}",
+                evidence=bad.evidence,
+            ) from None
         except openai.APIStatusError as exc:
             raise _status_failure(exc) from None
         except openai.APIConnectionError as exc:
@@ -254,6 +328,22 @@ class OpenAIChatClient:
             raise _Failure(
                 FailureKind.STREAM_ERROR, f"the stream reported an error: {exc.message}"
             ) from None
+        finally:
+            self._sdk.guard = None
+        if acc.chunks == 0 and guard.head.strip():
+            bad = malformed(
+                MalformedStream(
+                    f"the body ({guard.received} bytes) holds no SSE data line: it is not an "
+                    "event stream",
+                    bytes(guard.head),
+                ),
+                guard,
+            )
+            raise _Failure(
+                FailureKind.STREAM_MALFORMED,
+                f"the stream is malformed: {bad.message}",
+                evidence=bad.evidence,
+            )
         if acc.chunks == 0:
             raise _Failure(FailureKind.STREAM_INCOMPLETE, "the stream was empty (no chunks)")
         if acc.finish_reason is None:
@@ -302,6 +392,11 @@ class OpenAIChatClient:
             FailureKind.CONNECTION: "check that the endpoint is up and base_url is right.",
             FailureKind.TIMEOUT: "raise request_timeout_s or retries for this backend, or "
             "check the server's load.",
+            FailureKind.STREAM_MALFORMED: f"{self.base_url} does not stream Chat Completions "
+            "as OpenAI does (the offending bytes are in the transcript): check that base_url "
+            "is the server's OpenAI-compatible root (often ending in /v1) and that no proxy "
+            "on the way buffers or rewrites text/event-stream; raise max_stream_line_bytes "
+            "if its lines are legitimately longer, or retries if it only happens sometimes.",
         }.get(failure.kind, "check the server's health; raise retries for a flaky gateway.")
         return ModelError(
             failure.kind,
@@ -310,6 +405,27 @@ class OpenAIChatClient:
             attempts=attempts,
             fix=fix,
         )
+
+
+def _evidence(failure: _Failure) -> dict[str, str]:
+    return {"evidence": failure.evidence} if failure.evidence is not None else {}
+
+
+def _check_content_type(response: Any, guard: StreamGuard) -> None:
+    """A streamed answer is text/event-stream; no header at all is tolerated. Otherwise
+    the body's first bytes are read (bounded in size and time) as evidence."""
+    value = response.headers.get("content-type")
+    if value is None or value.split(";")[0].strip().lower() == "text/event-stream":
+        return
+    with contextlib.suppress(Exception):  # best effort: the evidence, not the verdict
+        for _ in guard.watch(response.iter_bytes()):
+            if len(guard.head) >= EVIDENCE_BYTES:
+                break
+    raise MalformedStream(
+        f"the server answered with Content-Type {value!r}, not text/event-stream "
+        "(a non-streamed answer, or not an OpenAI-compatible endpoint)",
+        bytes(guard.head),
+    )
 
 
 def _status_failure(exc: openai.APIStatusError) -> _Failure:

@@ -6,7 +6,8 @@
     request   round, turn, attempt, the full request body
     response  round, turn, attempt, content, tool calls (raw argument text), finish
               reason, usage, chunks, duration_s, ttft_s
-    error     round, turn, attempt, failure, status, message, retry_in_s (None: gave up)
+    error     round, turn, attempt, failure, status, message, retry_in_s (None: gave up),
+              and for a malformed stream `evidence`: the offending bytes (at most 1 KiB)
     stop      round, stop, budget, turns, error, usage so far
 
 A `Recording` reads one back for the replay backend: for each round, the outcome of each
@@ -36,6 +37,7 @@ class FailureKind(StrEnum):
     HTTP_STATUS = "http_status"  # the server answered with an error status
     STREAM_INCOMPLETE = "stream_incomplete"  # ended without a terminal chunk, or empty
     STREAM_ERROR = "stream_error"  # an error event inside the stream
+    STREAM_MALFORMED = "stream_malformed"  # not JSON, not UTF-8, not SSE, odd chunk, huge line
     DEADLINE = "deadline"  # a wall-clock budget ran out during the call
     REPLAY = "replay"  # the recording has no answer for this call
 
