@@ -273,7 +273,8 @@ def parse_result(data: object, path: Path) -> RunResult:
             fix="use `code-runner status RUN_DIR` for an experiment's run dir.",
         )
     try:
-        return RunResult.model_validate(upgrade(dict(data)))
+        # strict: a value of the wrong type is an edit, never something to coerce
+        return RunResult.model_validate_json(json.dumps(upgrade(dict(data))), strict=True)
     except ValueError as exc:
         if isinstance(exc, ValidationError):
             lines = problems.describe_all(exc, model_at=problems.single_model(RunResult))

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import code_runner.workspace.audit as audit_mod
 import code_runner.workspace.trees as trees
 from code_runner import dirs
 from code_runner.files import force_rmtree
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
+from code_runner.workspace.audit import Audit, GitState, git_state
+from code_runner.workspace.audit import audit as audit_changes
 from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import source_lock, write_lease
 
@@ -37,7 +38,7 @@ class ExportedPatch:
 class Workspace:
     """A live disposable checkout. Made by `create`; ends with `release`."""
 
-    def __init__(self, paths: WorkspacePaths, *, tree: str, git_before: audit_mod.GitState):
+    def __init__(self, paths: WorkspacePaths, *, tree: str, git_before: GitState):
         self.paths = paths
         self._tree: str | None = tree
         self._git_before = git_before
@@ -88,10 +89,10 @@ class Workspace:
         until `keep` writes the audited state as a tree."""
         return self._tree
 
-    def audit(self, allowlist: Allowlist) -> audit_mod.Audit:
+    def audit(self, allowlist: Allowlist) -> Audit:
         """Enforce the rules on what an agent left: the work tree becomes base + allowed."""
         self._tree = None
-        return audit_mod.audit(self.paths, allowlist, self._git_before)
+        return audit_changes(self.paths, allowlist, self._git_before)
 
     def keep(self) -> str:
         """The work tree's state as a tree object (cheap to keep, cheap to restore)."""
@@ -134,7 +135,7 @@ def create(
         with source_lock(source.git_dir):
             git.clone_shared(source, git_dir=paths.git_dir, work_tree=paths.work_tree)
         paths.repo.run("checkout", "--quiet", "--no-recurse-submodules", "--detach", base)
-        return Workspace(paths, tree=trees.base_tree(paths), git_before=audit_mod.git_state(paths))
+        return Workspace(paths, tree=trees.base_tree(paths), git_before=git_state(paths))
     except BaseException:
         # A half-made workspace must not wait for `gc`: nothing else knows it exists.
         force_rmtree(root)
