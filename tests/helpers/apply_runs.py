@@ -77,7 +77,7 @@ def run_complete(
         **spec,
     )
     task = spec_mod.load_spec(path)
-    return runner.run_task(runner.preflight(task, base_dir=root)).result
+    return runner.run_task(runner.preflight(task, base_dir=root)).to_json()
 
 
 def source_state(source: Path) -> dict[str, Any]:

@@ -84,13 +84,13 @@ def attack(
     )
     task = spec_mod.load_spec(path)
     outcome = runner.run_task(runner.preflight(task, base_dir=root))
-    assert outcome.result["worktree_removed"], "the workspace was left behind"
+    assert outcome.worktree_removed, "the workspace was left behind"
     out = root / "out"
     patch_path = out / "fix-calc.patch"
     return Run(
         root=root,
         source=source,
-        result=outcome.result,
+        result=outcome.to_json(),
         events=files.read_jsonl(out / "fix-calc.events.jsonl"),
         patch=patch_path.read_text(errors="replace") if patch_path.exists() else "",
     )

@@ -11,7 +11,10 @@ from code_runner.events import EventKind
 from code_runner.record import (
     TERMINAL_STATES,
     TRANSITIONS,
+    Reason,
+    ResultStatus,
     RunRecord,
+    RunResult,
     RunState,
 )
 
@@ -55,7 +58,15 @@ def test_listeners_see_events_and_seq_increases(tmp_path: Path) -> None:
 def test_reopening_clears_an_earlier_run(tmp_path: Path) -> None:
     record = RunRecord.open(tmp_path, "t", "run-1", max_rounds=1)
     record.emit(EventKind.ROUND_STARTED)
-    record.write_result({"status": "passed"})
+    record.write_result(
+        RunResult(
+            run_id="run-1",
+            task_id="t",
+            status=ResultStatus.PASSED,
+            reason=Reason.DOD_PASSED,
+            dod_passed=True,
+        )
+    )
     again = RunRecord.open(tmp_path, "t", "run-2", max_rounds=1)
     assert not again.paths.result.exists()
     assert files.read_jsonl(again.paths.events) == []

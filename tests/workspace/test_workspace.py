@@ -48,7 +48,7 @@ def test_create_checks_out_base_and_leaves_source_identical(source: Path) -> Non
     assert (ws.work_tree / ".git").read_text().startswith("gitdir: ")
     assert not (ws.git_dir / "refs/remotes/origin").exists()
     assert snapshot.differences(before, snapshot.take(repo)) == []
-    assert workspace.release(ws)
+    assert ws.release()
     assert not ws.root.exists()
     assert snapshot.differences(before, snapshot.take(repo)) == []
 
@@ -93,11 +93,11 @@ def test_no_hook_fsmonitor_or_filter_of_the_source_runs(source: Path, tmp_path: 
     before = snapshot.take(repo)
     ws = make_ws(source)
     (ws.work_tree / "src/app.py").write_text("x = 2\n")
-    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), workspace.git_state(ws))
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
     assert [c.path for c in audit.allowed] == ["src/app.py"]
-    patch = workspace.export_patch(ws)
+    patch = ws.export(ws.keep()).patch
     assert b"x = 2" in patch
-    workspace.release(ws)
+    ws.release()
     after = snapshot.take(repo)
     assert not marker.exists(), marker.read_text()
     assert snapshot.differences(before, after) == []
@@ -105,7 +105,6 @@ def test_no_hook_fsmonitor_or_filter_of_the_source_runs(source: Path, tmp_path: 
 
 def test_audit_reads_every_kind_of_change(source: Path) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     wt = ws.work_tree
     (wt / "src/app.py").write_text("x = 10\n")  # modified
     (wt / "src/util.py").unlink()  # deleted
@@ -114,7 +113,7 @@ def test_audit_reads_every_kind_of_change(source: Path) -> None:
     (wt / "bin/tool.sh").chmod(0o755)  # mode change
     (wt / "data/blob.bin").write_bytes(bytes(range(255, -1, -1)) * 4)  # binary
     allow = paths.Allowlist.parse(["src", "bin/tool.sh", "data"])
-    audit = workspace.audit(ws, allow, before)
+    audit = ws.audit(allow)
     kinds = {c.path: c.kind for c in audit.allowed}
     assert kinds == {
         "src/app.py": workspace.ChangeKind.MODIFIED,
@@ -128,7 +127,6 @@ def test_audit_reads_every_kind_of_change(source: Path) -> None:
 
 def test_changes_outside_the_allowlist_are_dropped_segment_aware(source: Path) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     wt = ws.work_tree
     (wt / "src/app.py").write_text("x = 10\n")
     (wt / "src_evil").mkdir()
@@ -136,7 +134,7 @@ def test_changes_outside_the_allowlist_are_dropped_segment_aware(source: Path) -
     (wt / "README.md").write_text("rewritten\n")
     (wt / "docs/guide.md").unlink()
     (wt / "conftest.py").write_text("import sys; sys.exit(0)\n")
-    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
     assert [c.path for c in audit.allowed] == ["src/app.py"]
     dropped = {r.change.path for r in audit.rejected}
     assert dropped == {"src_evil/x.py", "README.md", "docs/guide.md", "conftest.py"}
@@ -149,11 +147,10 @@ def test_changes_outside_the_allowlist_are_dropped_segment_aware(source: Path) -
 
 def test_untracked_and_ignored_leftovers_are_removed(source: Path) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     (ws.work_tree / "debug.log").write_text("ignored leftover\n")
     (ws.work_tree / "src/__pycache__").mkdir()
     (ws.work_tree / "src/__pycache__/app.pyc").write_bytes(b"\0")
-    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
     assert audit.allowed == ()
     assert not (ws.work_tree / "debug.log").exists()
     assert not (ws.work_tree / "src/__pycache__").exists()
@@ -162,11 +159,10 @@ def test_untracked_and_ignored_leftovers_are_removed(source: Path) -> None:
 @pytest.mark.parametrize("name", [".GIT", ".git.", ".Git ", "git~1", ".g\u200cit"])
 def test_dot_git_spellings_are_refused_and_removed(source: Path, name: str) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     target = ws.work_tree / "src" / name
     target.mkdir()
     (target / "config").write_text("[core]\n\thooksPath = /tmp\n")
-    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
     assert audit.allowed == ()
     assert any(r.refused for r in audit.rejected)
     assert not target.exists()
@@ -174,7 +170,6 @@ def test_dot_git_spellings_are_refused_and_removed(source: Path, name: str) -> N
 
 def test_symlinks_gitlinks_and_gitmodules_are_refused(source: Path, tmp_path: Path) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     wt = ws.work_tree
     os.symlink("/etc/passwd", wt / "src/link.py")
     nested = wt / "src/nested"
@@ -184,7 +179,7 @@ def test_symlinks_gitlinks_and_gitmodules_are_refused(source: Path, tmp_path: Pa
     git(nested, "add", "-A")
     git(nested, "commit", "-q", "-m", "nested")
     (wt / "src/.gitmodules").write_text('[submodule "x"]\n\tpath = x\n\turl = /tmp/x\n')
-    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
     reasons = {r.change.path: r.reason for r in audit.rejected}
     assert "symlink" in reasons["src/link.py"]
     assert "nested" in reasons["src/nested"]
@@ -199,11 +194,10 @@ def test_symlinks_gitlinks_and_gitmodules_are_refused(source: Path, tmp_path: Pa
 def test_gitlink_via_git_file_is_refused(source: Path, tmp_path: Path) -> None:
     other = make_repo(tmp_path / "other", {"o.txt": "o\n"})
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     sub = ws.work_tree / "src/sub"
     sub.mkdir()
     (sub / ".git").write_text(f"gitdir: {other / '.git'}\n")
-    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
     assert all(not c.is_gitlink for c in audit.allowed)
     assert any(r.change.path == "src/sub" and r.refused for r in audit.rejected)
     assert not (sub / ".git").exists()
@@ -212,7 +206,6 @@ def test_gitlink_via_git_file_is_refused(source: Path, tmp_path: Path) -> None:
 
 def test_agent_commit_in_workspace_is_a_violation(source: Path) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     (ws.work_tree / "src/app.py").write_text("x = 3\n")
     env = {"PATH": os.environ["PATH"], "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": os.environ["HOME"]}
     subprocess.run(
@@ -222,23 +215,23 @@ def test_agent_commit_in_workspace_is_a_violation(source: Path) -> None:
         check=True,
     )
     subprocess.run(["git", "tag", "sneaky"], cwd=ws.work_tree, env=env, check=True)
-    audit = workspace.audit(ws, paths.Allowlist.parse(["src"]), before)
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
     assert any("HEAD" in v for v in audit.violations)
     assert any("refs" in v for v in audit.violations)
 
 
 def test_patch_applies_on_clean_base_and_reproduces_tree(source: Path, tmp_path: Path) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     wt = ws.work_tree
     (wt / "src/app.py").write_text("x = 10\n")
     (wt / "src/util.py").unlink()
     (wt / "src/bin.dat").write_bytes(b"\x00\x01\xff" * 100)
     (wt / "bin/tool.sh").chmod(0o755)
-    workspace.audit(ws, paths.Allowlist.parse(["src", "bin"]), before)
-    patch = workspace.export_patch(ws)
-    assert workspace.patch_applies_on_base(ws, patch) == (True, "")
-    tree = workspace.current_tree(ws)
+    ws.audit(paths.Allowlist.parse(["src", "bin"]))
+    tree = ws.keep()
+    exported = ws.export(tree)
+    assert exported.applies_on_base and exported.detail == ""
+    patch = exported.patch
     clone = tmp_path / "check"
     git(tmp_path, "clone", "-q", str(source), str(clone))
     (tmp_path / "p.patch").write_bytes(patch)
@@ -248,18 +241,19 @@ def test_patch_applies_on_clean_base_and_reproduces_tree(source: Path, tmp_path:
 
 def test_restore_tree_goes_back_exactly(source: Path) -> None:
     ws = make_ws(source)
-    before = workspace.git_state(ws)
     allow = paths.Allowlist.parse(["src"])
     (ws.work_tree / "src/app.py").write_text("best\n")
-    workspace.audit(ws, allow, before)
-    best = workspace.current_tree(ws)
+    ws.audit(allow)
+    best = ws.keep()
     (ws.work_tree / "src/app.py").write_text("worse\n")
     (ws.work_tree / "src/extra.py").write_text("extra\n")
-    workspace.audit(ws, allow, before)
-    workspace.restore_tree(ws, best)
+    ws.audit(allow)
+    assert ws.current_tree is None  # unknown until the audited state is kept
+    ws.restore(best)
+    assert ws.current_tree == best
     assert (ws.work_tree / "src/app.py").read_text() == "best\n"
     assert not (ws.work_tree / "src/extra.py").exists()
-    assert workspace.current_tree(ws) == best
+    assert ws.keep() == best
 
 
 def test_release_removes_read_only_leftovers(source: Path) -> None:
@@ -268,7 +262,7 @@ def test_release_removes_read_only_leftovers(source: Path) -> None:
     locked.mkdir()
     (locked / "f").write_text("x")
     locked.chmod(0o000)
-    assert workspace.release(ws)
+    assert ws.release()
 
 
 def test_leftover_of_dead_process_is_found(source: Path) -> None:

@@ -19,20 +19,21 @@ from code_runner.apply.repair import repair as repair_journal
 from code_runner.apply.step import ApplyOutcome, apply_patch
 from code_runner.clock import utc_now
 from code_runner.errors import ApplyRefused, UsageError
-from code_runner.events import EventKind, EventSink
+from code_runner.events import EventKind
+from code_runner.record import RunRecord
 from code_runner.record.finished import FinishedRun
 from code_runner.repo import git, snapshot
 from code_runner.workspace.env import command_env
 
 
 def _must_be_appliable(run: FinishedRun) -> None:
-    if run.decision == "rejected":
+    if run.result.decision == "rejected":
         raise UsageError(
             f"run {run.run_id} was rejected; a rejected run is never applied.",
             fix="re-run the task if you want its change after all.",
         )
-    if run.applied_in_source:
-        commit = run.result.get("source_commit")
+    if run.result.applied_in_source:
+        commit = run.result.source_commit
         raise UsageError(
             f"run {run.run_id} is already applied to the source"
             + (f" (commit {commit})." if commit else " (left in the working tree)."),
@@ -43,13 +44,13 @@ def _must_be_appliable(run: FinishedRun) -> None:
             f"run {run.run_id} has an empty patch: there is nothing to apply.",
             fix="nothing to do; the run made no allowlisted change.",
         )
-    if run.result.get("dod_passed") is not True:
+    if not run.result.dod_passed:
         raise UsageError(
-            f"run {run.run_id} did not pass its DoD (status {run.result.get('status')}); only "
+            f"run {run.run_id} did not pass its DoD (status {run.result.status}); only "
             "a verified patch is applied.",
             fix="re-run the task until it passes.",
         )
-    if run.result.get("source_unchanged") is False:
+    if not run.result.source_unchanged:
         raise UsageError(
             f"run {run.run_id} changed the source while it worked (a safety failure); its "
             "patch is not trusted.",
@@ -121,10 +122,10 @@ def check_dod(run: FinishedRun, plan_: Plan) -> verify.Verdict:
         ws.repo.run("apply", "--binary", "--index", "-", input_bytes=run.patch)
         return verify.run_dod(run.dod, cwd=ws.work_tree, env=ws.env())
     finally:
-        workspace.release(ws)
+        ws.release()
 
 
-def repair_first(run: FinishedRun, sink: EventSink) -> Repair | None:
+def repair_first(run: FinishedRun, record: RunRecord) -> Repair | None:
     """An earlier apply of this run that died half-way: repair it before anything else."""
     found = open_journal(run)
     if found is None:
@@ -135,7 +136,7 @@ def repair_first(run: FinishedRun, sink: EventSink) -> Repair | None:
             fix="wait for it to finish.",
         )
     with apply_lock(Path(found.git_dir)):
-        return repair_journal(run.paths.apply_journal, sink=sink)
+        return repair_journal(run.paths.apply_journal, sink=record)
 
 
 def apply_run(
@@ -144,46 +145,46 @@ def apply_run(
     commit: bool,
     author: Identity | None,
     run_hooks: bool,
-    sink: EventSink,
+    record: RunRecord,
 ) -> ApplyOutcome:
     """Land a finished run's patch in the source; record the outcome in result.json."""
     _must_be_appliable(run)
     with dod_env(run) as env:
         outcome = apply_patch(
-            request(run, commit=commit, author=author, run_hooks=run_hooks, env=env), sink
+            request(run, commit=commit, author=author, run_hooks=run_hooks, env=env), record
         )
-    result = {**run.result, **outcome.result_fields(), "apply_to_source": True}
-    result["applied_by"] = "code-runner apply"
-    result["applied_at"] = utc_now()
-    if outcome.ok:
-        result["decision"] = "applied"
-    files.atomic_write_json(run.paths.result, result)
+    decided = {"decision": "applied"} if outcome.ok else {}
+    record.write_result(
+        run.result.updated(
+            **outcome.result_fields(),
+            apply_to_source=True,
+            applied_by="code-runner apply",
+            applied_at=utc_now(),
+            **decided,
+        )
+    )
     return outcome
 
 
-def reject(run: FinishedRun, reason: str | None, sink: EventSink) -> bool:
+def reject(run: FinishedRun, reason: str | None, record: RunRecord) -> bool:
     """Mark the run rejected. False when it already was."""
-    if run.decision == "rejected":
+    if run.result.decision == "rejected":
         return False
     if open_journal(run) is not None:
         raise ApplyRefused(
             f"an apply of run {run.run_id} was interrupted and its source may be half-applied.",
             fix="run `code-runner gc` to repair the source first, then reject.",
         )
-    if run.applied_in_source:
+    if run.result.applied_in_source:
         raise UsageError(
             f"run {run.run_id} is already applied to the source; rejecting it now would not "
             "take it out.",
             fix="undo it in the source (`git revert` the commit or `git restore` the paths).",
         )
-    result = {
-        **run.result,
-        "decision": "rejected",
-        "decided_at": utc_now(),
-        "decision_reason": reason,
-    }
-    files.atomic_write_json(run.paths.result, result)
-    sink.emit(EventKind.RUN_REJECTED, reason=reason)
+    record.write_result(
+        run.result.updated(decision="rejected", decided_at=utc_now(), decision_reason=reason)
+    )
+    record.emit(EventKind.RUN_REJECTED, reason=reason)
     return True
 
 

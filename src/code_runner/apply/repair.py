@@ -8,19 +8,17 @@ nor its target state) stops the repair: it is reported, never overwritten.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import code_runner.apply.journal as journal
-from code_runner import files, workspace
+from code_runner import workspace
 from code_runner.apply.commit import commit_landed, update_index
 from code_runner.apply.journal import Journal, Phase, apply_lock
-from code_runner.clock import utc_now
-from code_runner.errors import CodeRunnerError
+from code_runner.errors import CodeRunnerError, RecordError
 from code_runner.events import EventKind, EventSink
 from code_runner.proc import kill_run_processes
-from code_runner.record import RecordPaths
+from code_runner.record import RecordPaths, RunRecord, load_result
 from code_runner.repo import git
 
 
@@ -68,34 +66,43 @@ def repair(path: Path, *, sink: EventSink | None = None, dry_run: bool = False) 
         j.move_to(Phase.REPAIRED, "repair: rolled back from the journal")
         action = "rolled back" + (f" (kept non-empty dirs {kept})" if kept else "")
     journal.unregister(j.run_id)
-    if sink is not None:
+    own = _record_of(j, sink)
+    if sink is not None and sink is not own:
         sink.emit(EventKind.APPLY_REPAIRED, journal=str(path), action=action, phase=base["phase"])
-    _note_repair_in_result(j, action)
+    if own is not None:
+        own.emit(EventKind.APPLY_REPAIRED, journal=str(path), action=action, phase=base["phase"])
+        _note_repair_in_result(own, j, action)
     return Repair(**base, action=action)
 
 
-def _note_repair_in_result(j: Journal, action: str) -> None:
-    """Record the repair in the run's events and result (when the result exists)."""
-    record = RecordPaths(j.path.parent, j.task_id)
-    files.append_jsonl(
-        record.events,
-        {"ts": utc_now(), "run_id": j.run_id, "kind": EventKind.APPLY_REPAIRED.value,
-         "journal": str(j.path), "action": action},
-    )  # fmt: skip
+def _record_of(j: Journal, sink: EventSink | None) -> RunRecord | None:
+    """The record of the run whose apply is repaired: the caller's, when it is that one."""
+    paths = RecordPaths(j.path.parent, j.task_id)
+    if isinstance(sink, RunRecord) and sink.paths == paths:
+        return sink
     try:
-        result = json.loads(record.result.read_text())
-    except (OSError, ValueError):
+        return RunRecord.reopen(paths)
+    except RecordError:
+        return None  # no record to note it in (moved or deleted); the source is whole
+
+
+def _note_repair_in_result(record: RunRecord, j: Journal, action: str) -> None:
+    """Record the repair in the run's result (when the run wrote one)."""
+    if not record.paths.result.exists():
         return
-    if not isinstance(result, dict):
-        return
+    try:
+        result = load_result(record.paths.result)
+    except RecordError:
+        return  # a damaged result is reported by whoever reads it; the source is whole
     rolled_back = action.startswith("rolled back")
-    result.update(
-        source_rollback_applied=rolled_back or bool(result.get("source_rollback_applied")),
-        source_commit=j.commit if not rolled_back else result.get("source_commit"),
-        source_apply_error=(result.get("source_apply_error") or "the apply was interrupted")
-        + f"; repaired from the journal: {action}",
+    record.write_result(
+        result.updated(
+            source_rollback_applied=rolled_back or result.source_rollback_applied,
+            source_commit=j.commit if not rolled_back else result.source_commit,
+            source_apply_error=(result.source_apply_error or "the apply was interrupted")
+            + f"; repaired from the journal: {action}",
+        )
     )
-    files.atomic_write_json(record.result, result)
 
 
 def repair_stale(

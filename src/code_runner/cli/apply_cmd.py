@@ -25,7 +25,7 @@ import code_runner.cli.render as render
 from code_runner import apply
 from code_runner.apply import decide
 from code_runner.errors import ApplyRefused, Interrupted, SafetyViolation
-from code_runner.record import finished
+from code_runner.record import RunRecord, finished
 
 _KIND_MARK = {"added": "A", "deleted": "D", "modified": "M", "mode_changed": "T"}
 
@@ -108,8 +108,8 @@ def apply_command(
     run = finished.load(run_dir)
     identity = apply.Identity.parse(author) if author else None
     if not check:
-        sink = finished.RecordEvents(run.paths, run.run_id)
-        repaired = decide.repair_first(run, sink)
+        record = RunRecord.reopen(run.paths)
+        repaired = decide.repair_first(run, record)
         if repaired is not None:
             out.print(f"[yellow]repaired an interrupted apply:[/] {repaired.action}")
             if repaired.action == "needs you":
@@ -133,7 +133,7 @@ def apply_command(
         return 0 if verdict.passed else 1
     with _signals_as_interrupt():
         outcome = decide.apply_run(
-            run, commit=commit, author=identity, run_hooks=run_hooks, sink=sink
+            run, commit=commit, author=identity, run_hooks=run_hooks, record=record
         )
     if as_json:
         render.print_json(outcome.result_fields())
@@ -170,7 +170,7 @@ def _report(out: Console, outcome: apply.ApplyOutcome) -> None:
 def reject_command(run_dir: Path, reason: str | None) -> int:
     """Mark a finished run rejected in its record; it will never be applied."""
     run = finished.load(run_dir)
-    changed = decide.reject(run, reason, finished.RecordEvents(run.paths, run.run_id))
+    changed = decide.reject(run, reason, RunRecord.reopen(run.paths))
     out = render.console()
     out.print(f"run {run.run_id} rejected" if changed else f"run {run.run_id} was already rejected")
     return 0

@@ -84,12 +84,13 @@ def demo_command(directory: Path | None) -> int:
     out.print(f"demo repo: {directory / 'repo'} (two failing tests; allowlist: calc.py)")
     task = load_spec(spec_path)
     pre = runner.preflight(task, base_dir=directory)
-    outcome = runner.run_task(pre, listeners=[render.ProgressPrinter(out)])
-    result = outcome.result
-    out.print(f"\nstatus: {result['status']} ({result['reason']}) in {result['rounds']} round(s)")
-    out.print(f"source unchanged: {result['source_unchanged']}")
-    out.print(f"patch:  {result.get('patch_artifact')}")
-    out.print(f"record: {outcome.record_paths.output_dir}")
+    result = runner.run_task(pre, listeners=[render.ProgressPrinter(out)])
+    out.print(
+        f"\nstatus: {result.status.value} ({result.reason.value}) in {result.rounds} round(s)"
+    )
+    out.print(f"source unchanged: {result.source_unchanged}")
+    out.print(f"patch:  {result.patch_artifact}")
+    out.print(f"record: {task.output_dir}")
     out.print(f"spec:   {spec_path}")
-    out.print(f"try:    git -C {directory / 'repo'} apply {result.get('patch_artifact')}")
-    return 0 if outcome.passed else 1
+    out.print(f"try:    git -C {directory / 'repo'} apply {result.patch_artifact}")
+    return 0 if result.passed else 1

@@ -13,6 +13,7 @@ import code_runner.cli.render as render
 from code_runner import files
 from code_runner.errors import RecordError, UsageError
 from code_runner.monitor import render_status
+from code_runner.record import load_result
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -133,25 +134,20 @@ def result_command(file: Path, as_json: bool) -> int:
         if not found:
             raise UsageError(f"{file} holds no *.result.json.", fix="has the run finished?")
         file = found[-1]
-    result = _load_json(file)
-    if "dod_passed" not in result or "status" not in result:
-        raise RecordError(
-            f"{file} is not a code-runner result (no status/dod_passed).",
-            fix="pass a *.result.json written by `code-runner run`.",
-        )
+    result = load_result(file)
     if as_json:
-        render.print_json(result)
+        render.print_json(result.to_json())
     else:
         out = render.console()
-        out.print(f"{result.get('task_id')}: {result['status']} ({result.get('reason')})")
-        for key in (
-            "dod_passed",
-            "rounds",
-            "best_score",
-            "source_unchanged",
-            "worktree_removed",
-            "patch_artifact",
-            "error",
+        out.print(f"{result.task_id}: {result.status.value} ({result.reason.value})")
+        for key, value in (
+            ("dod_passed", result.dod_passed),
+            ("rounds", result.rounds),
+            ("best_score", result.best_score),
+            ("source_unchanged", result.source_unchanged),
+            ("worktree_removed", result.worktree_removed),
+            ("patch_artifact", result.patch_artifact),
+            ("error", result.error),
         ):
-            out.print(f"  {key}: {result.get(key)}")
-    return 0 if result["dod_passed"] is True else 1
+            out.print(f"  {key}: {value}")
+    return 0 if result.dod_passed else 1

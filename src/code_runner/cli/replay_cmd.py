@@ -20,27 +20,34 @@ import code_runner.cli.render as render
 from code_runner import runner
 from code_runner.agents.model.replay import find_transcript
 from code_runner.errors import RecordError, UsageError
+from code_runner.record import RecordPaths, RunResult, load_result
 from code_runner.task import validate_spec_data
 
-# the result fields a replay must reproduce (the rest are times, ids and paths)
-_SAME = ("status", "reason", "dod_passed", "error", "rounds", "best_score", "best_round")
 _SAME_ROUND = ("agent_stop", "agent_turns", "agent_error", "score", "passed")
 
 
-def comparable(result: dict[str, Any]) -> dict[str, Any]:
-    """What of a result.json a faithful replay reproduces."""
-    same: dict[str, Any] = {key: result.get(key) for key in _SAME}
-    same["patch_sha256"] = result.get("patch_sha256")
-    same["changed_files"] = [c.get("path") for c in result.get("changed_files") or []]
-    same["round_details"] = [
-        {key: r.get(key) for key in _SAME_ROUND}
-        | {
-            "exit_code": (r.get("verdict") or {}).get("exit_code"),
-            "tokens": (r.get("agent_usage") or {}).get("total_tokens"),
-        }
-        for r in result.get("round_details") or []
-    ]
-    return same
+def comparable(result: RunResult, patch_sha256: str | None = None) -> dict[str, Any]:
+    """What of a run's result a faithful replay reproduces (the rest are times, ids and
+    paths). `patch_sha256`: the patch file's digest, for a result that does not name it."""
+    return {
+        "status": result.status.value,
+        "reason": result.reason.value,
+        "dod_passed": result.dod_passed,
+        "error": result.error,
+        "rounds": result.rounds,
+        "best_score": result.best_score,
+        "best_round": result.best_round,
+        "patch_sha256": result.patch_sha256 or patch_sha256,
+        "changed_files": [c.path for c in result.changed_files],
+        "round_details": [
+            {key: getattr(r, key) for key in _SAME_ROUND}
+            | {
+                "exit_code": r.verdict.exit_code if r.verdict else None,
+                "tokens": (r.agent_usage or {}).get("total_tokens"),
+            }
+            for r in result.round_details
+        ],
+    }
 
 
 def _one(run_dir: Path, suffix: str) -> Path:
@@ -100,22 +107,27 @@ def replay_command(
         data["cwd"] = str(source.expanduser().resolve())
     task = validate_spec_data(data, base_dir=run_dir, source=str(request_path))
     pre = runner.preflight(task, base_dir=run_dir)
-    outcome = runner.run_task(pre)
+    replayed = runner.run_task(pre)
+    replay_paths = RecordPaths(task.output_dir, task.task_id)
     recorded_path = run_dir / f"{task.task_id}.result.json"
-    recorded = json.loads(recorded_path.read_text()) if recorded_path.is_file() else {}
+    recorded = load_result(recorded_path) if recorded_path.is_file() else None
     recorded_patch = run_dir / f"{task.task_id}.patch"
-    if "patch_sha256" not in recorded and recorded_patch.is_file():
-        recorded["patch_sha256"] = hashlib.sha256(recorded_patch.read_bytes()).hexdigest()
-    before, after = comparable(recorded), comparable(outcome.result)
+    digest = (
+        hashlib.sha256(recorded_patch.read_bytes()).hexdigest()
+        if recorded_patch.is_file()
+        else None
+    )
+    before = comparable(recorded, digest) if recorded else {}
+    after = comparable(replayed)
     differences = sorted(k for k in before if before[k] != after.get(k))
     report = {
-        "reproduced": not differences and bool(recorded),
+        "reproduced": not differences and recorded is not None,
         "differences": {k: {"recorded": before[k], "replayed": after.get(k)} for k in differences},
         "recorded_result": str(recorded_path) if recorded else None,
-        "replay_result": str(outcome.record_paths.result),
-        "status": outcome.result["status"],
-        "reason": outcome.result["reason"],
-        "patch_sha256": outcome.result.get("patch_sha256"),
+        "replay_result": str(replay_paths.result),
+        "status": replayed.status.value,
+        "reason": replayed.reason.value,
+        "patch_sha256": replayed.patch_sha256,
     }
     if as_json:
         render.print_json(report)
@@ -132,7 +144,7 @@ def replay_command(
             out.print(f"[red]differs[/] from the recording in: {', '.join(differences)}")
             for key in differences:
                 out.print(f"  {key}: recorded {before[key]!r}, replayed {after.get(key)!r}")
-        out.print(f"  replay record: {outcome.record_paths.output_dir}")
+        out.print(f"  replay record: {replay_paths.output_dir}")
     return 0 if report["reproduced"] else 1
 
 

@@ -11,6 +11,7 @@ import click
 import code_runner.cli.render as render
 from code_runner import runner
 from code_runner.errors import SafetyViolation
+from code_runner.record import RecordPaths
 from code_runner.repo import snapshot
 from code_runner.task import load_spec
 
@@ -65,29 +66,28 @@ def run_command(
     for warning in pre.warnings:
         out.print(f"[yellow]warning:[/] {warning}")
     listeners: list[Any] = [] if as_json else [render.ProgressPrinter(out)]
-    outcome = runner.run_task(pre, listeners=listeners)
-    result = outcome.result
+    result = runner.run_task(pre, listeners=listeners)
     if as_json:
-        render.print_json(result)
+        render.print_json(result.to_json())
     else:
-        colour = "green" if outcome.passed else "red"
+        colour = "green" if result.passed else "red"
         out.print(
-            f"[{colour}]{result['status']}[/] ({result['reason']}) after "
-            f"{result['rounds']} round(s), best score {result['best_score']:.2f}"
+            f"[{colour}]{result.status.value}[/] ({result.reason.value}) after "
+            f"{result.rounds} round(s), best score {result.best_score:.2f}"
         )
-        if result.get("error"):
-            out.print(f"  {result['error']}")
-        out.print(f"  patch:  {result.get('patch_artifact')}")
-        out.print(f"  result: {outcome.record_paths.result}")
-    if not result["source_unchanged"]:
+        if result.error:
+            out.print(f"  {result.error}")
+        out.print(f"  patch:  {result.patch_artifact}")
+        out.print(f"  result: {RecordPaths(task.output_dir, task.task_id).result}")
+    if not result.source_unchanged:
         raise SafetyViolation(
-            "the source repo changed during the run: " + "; ".join(result["source_differences"]),
+            "the source repo changed during the run: " + "; ".join(result.source_differences),
             fix="inspect the source repo with `git status` and `git reflog`; "
             "the run's events.jsonl shows every command the agent ran.",
         )
-    if outcome.passed:
+    if result.passed:
         return 0
-    return 130 if result["status"] == "interrupted" else 1
+    return 130 if result.interrupted else 1
 
 
 @click.command("dry-run")

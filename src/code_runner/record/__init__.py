@@ -1,12 +1,14 @@
 """A task run's record: where its files live, the only writer of them, and their readers.
 
 `paths` names the files of a record; `state` holds the run state table and the reason and
-status words; `writer.RunRecord` is the only writer (events, status, rounds, result);
+status words; `result.RunResult` is result.json as a versioned value and `load_result` the
+one way to read it; `writer.RunRecord` is the only writer (events, status, rounds, result);
 `finished` loads and checks a finished record; `views` renders `run.json`, `result.md` and
 `eval.md`; `summary` lists many runs.
 """
 
 from code_runner.record.paths import RecordPaths, hunk_markdown
+from code_runner.record.result import RunResult, load_result
 from code_runner.record.state import (
     TERMINAL_STATES,
     TRANSITIONS,
@@ -24,6 +26,8 @@ __all__ = [
     "RecordPaths",
     "ResultStatus",
     "RunRecord",
+    "RunResult",
     "RunState",
     "hunk_markdown",
+    "load_result",
 ]

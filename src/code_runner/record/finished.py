@@ -4,7 +4,8 @@
 whole (no terminal status, no result, no request, no patch) or whose patch does not match the
 digest in result.json: a decision is only as good as the evidence it rests on. An apply
 appends its events to the run's events.jsonl and its outcome to result.json; a reject marks
-result.json, and neither touches anything else in the record."""
+result.json, and neither touches anything else in the record (both write through
+`RunRecord.reopen`)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from code_runner import files
-from code_runner.clock import utc_now
 from code_runner.errors import RecordError, UsageError
-from code_runner.events import EventKind
 from code_runner.record.paths import RecordPaths
+from code_runner.record.result import RunResult, load_result
 from code_runner.record.state import TERMINAL_STATES, RunState
 from code_runner.task import DefinitionOfDone
 from code_runner.task.paths import Allowlist
-
-_RESULT_KEYS = ("run_id", "task_id", "status", "dod_passed", "base", "patch_sha256")
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class FinishedRun:
     """A run record that passed every check; what apply and reject act on."""
 
     paths: RecordPaths
-    result: dict[str, Any]
+    result: RunResult
     run_id: str
     task_id: str
     title: str
@@ -43,33 +40,6 @@ class FinishedRun:
     dod: DefinitionOfDone
     rollback: bool
     patch: bytes
-
-    @property
-    def decision(self) -> str | None:
-        value = self.result.get("decision")
-        return value if isinstance(value, str) else None
-
-    @property
-    def applied_in_source(self) -> bool:
-        """The patch is in the source now (applied and not rolled back)."""
-        return bool(self.result.get("source_patch_applied")) and not self.result.get(
-            "source_rollback_applied"
-        )
-
-
-class RecordEvents:
-    """Appends events to a finished run's events.jsonl, continuing its sequence numbers."""
-
-    def __init__(self, paths: RecordPaths, run_id: str) -> None:
-        self.paths = paths
-        self.run_id = run_id
-        seqs = [e.get("seq") for e in files.read_jsonl(paths.events) if isinstance(e, dict)]
-        self._seq = max((s for s in seqs if isinstance(s, int)), default=0)
-
-    def emit(self, kind: EventKind, /, **data: object) -> None:
-        self._seq += 1
-        event = {"seq": self._seq, "ts": utc_now(), "run_id": self.run_id, "kind": kind.value}
-        files.append_jsonl(self.paths.events, {**event, **data})
 
 
 def _incomplete(path: Path, what: str) -> RecordError:
@@ -120,11 +90,12 @@ def _result_path(target: Path) -> Path:
 def load(target: Path) -> FinishedRun:
     """Load and check a finished run's record; raise `RecordError` on any gap or mismatch."""
     result_path = _result_path(target)
-    result = _json(result_path)
-    missing = [k for k in _RESULT_KEYS if not result.get(k) and result.get(k) is not False]
+    result = load_result(result_path)
+    missing = [k for k in ("base", "patch_sha256") if not getattr(result, k)]
     if missing:
         raise _incomplete(result_path.parent, f"result.json has no {', '.join(missing)}")
-    paths = RecordPaths(result_path.parent, str(result["task_id"]))
+    assert result.patch_sha256 is not None
+    paths = RecordPaths(result_path.parent, result.task_id)
     if paths.result != result_path:
         raise _incomplete(paths.output_dir, "result.json is named for another task")
     status = _json(paths.status)
@@ -132,21 +103,21 @@ def load(target: Path) -> FinishedRun:
         terminal = RunState(str(status.get("state"))) in TERMINAL_STATES
     except ValueError:
         terminal = False
-    if not terminal or status.get("run_id") != result["run_id"]:
+    if not terminal or status.get("run_id") != result.run_id:
         raise _incomplete(paths.output_dir, "status.json is not the finished state of this run")
     request = _json(paths.request)
     spec = request.get("spec")
-    if request.get("run_id") != result["run_id"] or not isinstance(spec, dict):
+    if request.get("run_id") != result.run_id or not isinstance(spec, dict):
         raise _incomplete(paths.output_dir, "request.json is not this run's request")
     try:
         patch = paths.patch.read_bytes()
     except OSError as exc:
         raise _incomplete(paths.output_dir, f"the patch file cannot be read ({exc})") from exc
     digest = hashlib.sha256(patch).hexdigest()
-    if digest != result["patch_sha256"]:
+    if digest != result.patch_sha256:
         raise RecordError(
             f"the patch file {paths.patch} does not match the digest recorded in result.json "
-            f"(recorded {str(result['patch_sha256'])[:16]}…, file {digest[:16]}…): it was "
+            f"(recorded {result.patch_sha256[:16]}…, file {digest[:16]}…): it was "
             "changed after the run.",
             fix="re-run the task to get a patch the runner verified; never apply an edited one.",
         )
@@ -159,10 +130,10 @@ def load(target: Path) -> FinishedRun:
     return FinishedRun(
         paths=paths,
         result=result,
-        run_id=str(result["run_id"]),
-        task_id=str(result["task_id"]),
-        title=str(spec.get("title") or result.get("title") or result["task_id"]),
-        base=str(result["base"]),
+        run_id=result.run_id,
+        task_id=result.task_id,
+        title=str(spec.get("title") or result.title or result.task_id),
+        base=result.base,
         cwd=cwd,
         allowlist=allowlist,
         dod=dod,
@@ -171,4 +142,4 @@ def load(target: Path) -> FinishedRun:
     )
 
 
-__all__ = ["FinishedRun", "RecordEvents", "load"]
+__all__ = ["FinishedRun", "load"]

@@ -9,16 +9,16 @@ experiment's, a half-written one) is skipped and counted, never fatal.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from code_runner.errors import UsageError
+from code_runner.errors import RecordError, UsageError
+from code_runner.record.result import RunResult, load_result
 from code_runner.task.contract import WorkerStatus, evidence_status
 
 _SKIP_DIRS = {".git", "node_modules", "__pycache__", ".tools", "workspaces"}
@@ -85,25 +85,22 @@ def _result_files(root: Path) -> Iterator[Path]:
                 yield Path(dirpath, name)
 
 
-def _line(path: Path, data: Mapping[str, Any]) -> RunLine | None:
-    if not isinstance(data.get("task_id"), str) or "dod_passed" not in data:
-        return None
-    contract = data.get("result_contract")
-    contract = contract if isinstance(contract, Mapping) else {}
-    status = contract.get("evidence_status") or evidence_status(data).value
+def _line(path: Path, result: RunResult) -> RunLine:
+    contract = result.result_contract
+    status = contract.evidence_status if contract else evidence_status(result.evidence()).value
     return RunLine(
         path=str(path),
-        run_id=str(data.get("run_id") or ""),
-        task_id=str(data["task_id"]),
-        backend=str(data.get("backend") or "?"),
-        status=str(status),
-        runner_status=str(data.get("status") or "?"),
-        reason=str(data.get("reason") or "?"),
-        dod_passed=data.get("dod_passed") is True,
-        duration_s=float(data.get("duration_s") or 0.0),
-        mismatches=len(contract.get("mismatches") or []),
-        claimed=contract.get("claimed_status"),
-        started_at=str(data.get("started_at") or ""),
+        run_id=result.run_id,
+        task_id=result.task_id,
+        backend=result.backend or "?",
+        status=status,
+        runner_status=result.status.value,
+        reason=result.reason.value,
+        dod_passed=result.dod_passed,
+        duration_s=result.duration_s,
+        mismatches=len(contract.mismatches) if contract else 0,
+        claimed=contract.claimed_status if contract else None,
+        started_at=result.started_at,
     )
 
 
@@ -117,12 +114,8 @@ def collect(root: Path, *, since: datetime | None = None) -> tuple[list[RunLine]
         if number >= MAX_RESULTS:
             break
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            skipped += 1
-            continue
-        line = _line(path, data) if isinstance(data, dict) else None
-        if line is None:
+            line = _line(path, load_result(path))
+        except RecordError:
             skipped += 1
             continue
         if since is not None and not _after(line.started_at, since):

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from code_runner import files
 from code_runner.record.paths import RecordPaths
+from code_runner.record.result import RunResult
 from code_runner.task import TaskSpec
 
 _TAIL_CHARS = 2000
@@ -94,73 +95,62 @@ def write_run_info(paths: RecordPaths, info: Mapping[str, Any]) -> None:
     files.atomic_write_json(paths.run_info, dict(info), durable=False)
 
 
-def _dicts(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
 def _bullets(items: Sequence[str], empty: str = "none") -> str:
     return "\n".join(f"- {item}" for item in items) if items else f"- {empty}"
 
 
-def result_markdown(result: Mapping[str, Any]) -> str:
-    contract = result.get("result_contract") or {}
-    claim = contract.get("claim") or {}
+def result_markdown(result: RunResult) -> str:
+    contract = result.result_contract
+    evidence = contract.evidence_status if contract else "?"
+    claim = contract.claim if contract else None
     lines = [
-        f"# {result.get('task_id')}: {contract.get('evidence_status', '?')}",
+        f"# {result.task_id}: {evidence}",
         "",
-        f"- status: **{contract.get('evidence_status', '?')}** (runner: {result.get('status')}, "
-        f"reason `{result.get('reason')}`)",
-        f"- DoD passed: {result.get('dod_passed')}",
-        f"- backend: `{result.get('backend')}`",
-        f"- rounds: {result.get('rounds')} of {result.get('max_rounds')}, best score "
-        f"{float(result.get('best_score') or 0):.2f}",
-        f"- source unchanged: {result.get('source_unchanged')}",
-        f"- duration: {result.get('duration_s')} s",
+        f"- status: **{evidence}** (runner: {result.status.value}, reason `{result.reason.value}`)",
+        f"- DoD passed: {result.dod_passed}",
+        f"- backend: `{result.backend}`",
+        f"- rounds: {result.rounds} of {result.max_rounds}, best score {result.best_score:.2f}",
+        f"- source unchanged: {result.source_unchanged}",
+        f"- duration: {result.duration_s} s",
     ]
-    if result.get("error"):
-        lines += ["", "## Reason", "", str(result["error"]).strip()]
+    if result.error:
+        lines += ["", "## Reason", "", result.error.strip()]
     lines += ["", "## Worker's claim", ""]
     if claim:
         lines += [
-            f"- RESULT_STATUS: {claim.get('raw_status') or '(empty)'}",
-            f"- SUMMARY: {claim.get('summary') or '(empty)'}",
-            f"- CHANGED_FILES: {', '.join(claim.get('changed_files') or []) or 'none'}",
-            f"- VERIFICATION: {claim.get('verification') or '(empty)'}",
-            f"- OPEN_DECISIONS: {'; '.join(claim.get('open_decisions') or []) or 'none'}",
+            f"- RESULT_STATUS: {claim.raw_status or '(empty)'}",
+            f"- SUMMARY: {claim.summary or '(empty)'}",
+            f"- CHANGED_FILES: {', '.join(claim.changed_files) or 'none'}",
+            f"- VERIFICATION: {claim.verification or '(empty)'}",
+            f"- OPEN_DECISIONS: {'; '.join(claim.open_decisions) or 'none'}",
         ]
     else:
         lines.append("- no RESULT_STATUS block in the worker's final message")
     lines += ["", "## Claim against evidence", ""]
-    mismatches = list(contract.get("mismatches") or [])
+    mismatches = list(contract.mismatches) if contract else []
     lines.append(_bullets([f"MISMATCH: {m}" for m in mismatches], "no mismatch"))
-    findings = list(contract.get("findings") or [])
+    findings = list(contract.findings) if contract else []
     if findings:
         lines.append(_bullets(findings))
     return "\n".join(lines) + "\n"
 
 
-def eval_markdown(result: Mapping[str, Any], spec: TaskSpec, review: str) -> str:
+def eval_markdown(result: RunResult, spec: TaskSpec, review: str) -> str:
     owned = list(spec.allowlist)
-    changed = _dicts(result.get("changed_files"))
-    dropped = _dicts(result.get("dropped_changes"))
-    violations = [str(v) for v in result.get("safety_violations") or []]
-    contract = result.get("result_contract") or {}
+    contract = result.result_contract
     lines = [
-        f"# Evaluation of {result.get('task_id')} ({result.get('run_id')})",
+        f"# Evaluation of {result.task_id} ({result.run_id})",
         "",
         "## Scope",
         "",
         "Owned paths: " + ", ".join(f"`{p}`" for p in owned),
         "",
         "Changes inside the owned paths (in the patch):",
-        _bullets([f"`{c.get('path')}` ({c.get('kind')})" for c in changed]),
+        _bullets([f"`{c.path}` ({c.kind})" for c in result.changed_files]),
         "",
         "Changes outside the owned paths (dropped, never in the patch):",
         _bullets(
-            [
-                f"`{d.get('path')}` ({d.get('kind')}, round {d.get('round')}): {d.get('reason')}"
-                for d in dropped
-            ]
+            [f"`{d.path}` ({d.kind}, round {d.round}): {d.reason}" for d in result.dropped_changes]
         ),
         "",
         "## Diff",
@@ -171,30 +161,27 @@ def eval_markdown(result: Mapping[str, Any], spec: TaskSpec, review: str) -> str
     lines += ["## Proof (the DoD, run by the runner)", ""]
     dod = spec.definition_of_done
     lines += [f"- command: `{dod.command}`", f"- assertion: `{dod.assertion}`"]
-    verdict = _last_verdict(result)
+    verdict = result.last_verdict()
     if verdict:
         lines += [
-            f"- last verdict: {'pass' if verdict.get('passed') else 'fail'} — "
-            f"{verdict.get('reason')}",
-            f"- exit code: {verdict.get('exit_code')}, timed out: {verdict.get('timed_out')}",
+            f"- last verdict: {'pass' if verdict.passed else 'fail'} — {verdict.reason}",
+            f"- exit code: {verdict.exit_code}, timed out: {verdict.timed_out}",
         ]
-        tail = str(verdict.get("stdout_tail") or "") + str(verdict.get("stderr_tail") or "")
-        tail = tail.strip()[-_TAIL_CHARS:]
+        tail = (verdict.stdout_tail + verdict.stderr_tail).strip()[-_TAIL_CHARS:]
         if tail:
             lines += ["", "```", tail, "```"]
     else:
         lines.append("- the DoD did not run after the agent")
     lines += ["", "## Ownership findings", ""]
-    findings = [f"safety violation: {v}" for v in violations]
+    findings = [f"safety violation: {v}" for v in result.safety_violations]
     findings += [
-        f"changed outside the owned paths: `{d.get('path')}` ({d.get('reason')})" for d in dropped
+        f"changed outside the owned paths: `{d.path}` ({d.reason})" for d in result.dropped_changes
     ]
-    findings += [f"claim: {m}" for m in contract.get("mismatches") or []]
-    findings += [str(f) for f in contract.get("findings") or []]
-    if not result.get("source_unchanged", True):
-        findings.append(
-            "the source repo changed: " + "; ".join(result.get("source_differences") or [])
-        )
+    if contract:
+        findings += [f"claim: {m}" for m in contract.mismatches]
+        findings += list(contract.findings)
+    if not result.source_unchanged:
+        findings.append("the source repo changed: " + "; ".join(result.source_differences))
     lines.append(_bullets(findings, "none: every change is inside the owned paths"))
     return "\n".join(lines) + "\n"
 
@@ -210,15 +197,7 @@ def _diff_stat(review: str) -> str:
     return "\n".join(stat)
 
 
-def _last_verdict(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for details in reversed(_dicts(result.get("round_details"))):
-        verdict = details.get("verdict")
-        if isinstance(verdict, Mapping) and details.get("round", 0):
-            return verdict
-    return None
-
-
-def write_reports(paths: RecordPaths, result: Mapping[str, Any], spec: TaskSpec) -> None:
+def write_reports(paths: RecordPaths, result: RunResult, spec: TaskSpec) -> None:
     """result.md and eval.md from the finished result (and the hunk file's diff stat)."""
     try:
         hunk = paths.hunk.read_text(encoding="utf-8", errors="replace")

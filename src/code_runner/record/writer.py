@@ -1,13 +1,17 @@
 """The run record: the files in `output_dir` that say what happened, written as it happens.
 
-Every state change is one event in `{task_id}.events.jsonl` and a fresh
-`{task_id}.status.json`; every whole file is written atomically. The state machine lives
-in `state`: states are an Enum and the allowed transitions are one table."""
+`RunRecord` is the only writer of a record's events, status and result. Every state change
+is one event in `{task_id}.events.jsonl` and a fresh `{task_id}.status.json`; every whole
+file is written atomically. The state machine lives in `state`: states are an Enum and the
+allowed transitions are one table. A finished record is reopened (`reopen`) to append what
+happened to it later (an apply, a reject, a repair) with its sequence numbers continued, and
+`gc` finishes a dead run's record through `mark_abandoned`."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -16,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from code_runner import clock, files
-from code_runner.errors import CodeRunnerError, IllegalTransition
+from code_runner.errors import CodeRunnerError, IllegalTransition, RecordError
 from code_runner.events import EventKind
 from code_runner.record.paths import RecordPaths
+from code_runner.record.result import RunResult
 from code_runner.record.state import TERMINAL_STATES, TRANSITIONS, Reason, ResultStatus, RunState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of status.json (result.json has its own, in `result`)
 RESERVE_BYTES = 64 * 1024  # a terminal status, a result and a few events, on any disk
 
 
@@ -39,6 +44,7 @@ class RunRecord:
         self.round = 0
         self.best_score = 0.0
         self.step = ""
+        self.pid = os.getpid()  # the run's process (a reopened record keeps the run's)
         self._seq = 0
         self._listeners: list[Listener] = []
         self._started = time.monotonic()
@@ -79,6 +85,63 @@ class RunRecord:
             record.give_up(exc.message)
             raise
         return record
+
+    @classmethod
+    def reopen(cls, paths: RecordPaths) -> RunRecord:
+        """An existing record, to append to: `seq` continues, elapsed time and round are kept.
+
+        Raises `RecordError` when its status.json cannot be read."""
+        try:
+            status = json.loads(paths.status.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise RecordError(
+                f"the run record's {paths.status} cannot be read ({exc}).",
+                fix="pass the output_dir of a run; re-run the task if its record was damaged.",
+            ) from None
+        try:
+            record = cls(paths, str(status["run_id"]), max_rounds=int(status["max_rounds"]))
+            record.state = RunState(status["state"])
+            record.round = int(status.get("round") or 0)
+            record.best_score = float(status.get("best_score") or 0.0)
+            record.step = str(status.get("step") or "")
+            pid = status.get("pid")
+            record.pid = pid if isinstance(pid, int) else record.pid
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(
+                f"the run record's {paths.status} is not a run status ({exc!r} is wrong).",
+                fix="pass the output_dir of a run; re-run the task if its record was damaged.",
+            ) from None
+        events = [e for e in files.read_jsonl(paths.events) if isinstance(e, dict)]
+        record._seq = max((e["seq"] for e in events if isinstance(e.get("seq"), int)), default=0)
+        elapsed = [e["elapsed_s"] for e in events if isinstance(e.get("elapsed_s"), int | float)]
+        record._started -= max(elapsed, default=0.0)
+        return record
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def mark_abandoned(self, why: str) -> bool:
+        """Finish a record whose process died: state `abandoned`, and a result saying so when
+        the run wrote none. False (and nothing written) when the record is already final."""
+        if self.terminal:
+            return False
+        # the space the run held for its last words: on a full disk they are ours now
+        files.release_reserve(self.paths.reserve)
+        self.transition(RunState.ABANDONED, step=f"gc: {why}")
+        if not self.paths.result.exists():
+            self.write_result(
+                RunResult(
+                    run_id=self.run_id,
+                    task_id=self.paths.task_id,
+                    status=ResultStatus.ABANDONED,
+                    reason=Reason.ABANDONED,
+                    dod_passed=False,
+                    error=f"the run's process died ({why}); gc removed its workspace",
+                    worktree_removed=True,
+                )
+            )
+        return True
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -135,7 +198,7 @@ class RunRecord:
                 "max_rounds": self.max_rounds,
                 "best_score": self.best_score,
                 "updated_at": clock.utc_now(),
-                "pid": os.getpid(),
+                "pid": self.pid,
             },
             durable=self.state in TERMINAL_STATES,  # rewritten often; the last one is synced
         )
@@ -154,17 +217,15 @@ class RunRecord:
         with contextlib.suppress(CodeRunnerError):
             self.write_status()
             if not self.paths.result.exists():
-                files.atomic_write_json(
-                    self.paths.result,
-                    {
-                        "schema_version": SCHEMA_VERSION,
-                        "run_id": self.run_id,
-                        "task_id": self.paths.task_id,
-                        "status": ResultStatus.ERROR.value,
-                        "reason": Reason.DISK_FULL.value,
-                        "dod_passed": False,
-                        "error": error,
-                    },
+                self.write_result(
+                    RunResult(
+                        run_id=self.run_id,
+                        task_id=self.paths.task_id,
+                        status=ResultStatus.ERROR,
+                        reason=Reason.DISK_FULL,
+                        dod_passed=False,
+                        error=error,
+                    )
                 )
 
     # --- artifacts ---------------------------------------------------------------------
@@ -187,5 +248,5 @@ class RunRecord:
         files.atomic_write_text(self.paths.hunk, review)
         return hashlib.sha256(patch).hexdigest()
 
-    def write_result(self, result: dict[str, Any]) -> None:
-        files.atomic_write_json(self.paths.result, {"schema_version": SCHEMA_VERSION, **result})
+    def write_result(self, result: RunResult) -> None:
+        files.atomic_write_json(self.paths.result, result.to_json())

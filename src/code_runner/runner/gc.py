@@ -7,16 +7,14 @@ live run is never touched; a dead one's workspace is removed and its record fini
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import code_runner.runner.leases as run_leases
 from code_runner import apply, dirs, files, workspace
-from code_runner.clock import utc_now
-from code_runner.events import EventKind
+from code_runner.errors import RecordError
 from code_runner.proc import kill_run_processes
-from code_runner.record import SCHEMA_VERSION, TERMINAL_STATES, RunState
+from code_runner.record import RecordPaths, RunRecord
 from code_runner.sandbox.cgroups import remove_leftovers
 
 
@@ -39,54 +37,16 @@ class Removed:
 
 
 def _mark_abandoned(output_dir: Path, run_id: str, why: str) -> str | None:
-    for status_path in output_dir.glob("*.status.json"):
+    """Finish the record of `run_id` in `output_dir` as abandoned; its status path, or None
+    when there is no such record or it is already final."""
+    for status_path in sorted(output_dir.glob("*.status.json")):
+        paths = RecordPaths(output_dir, status_path.name.removesuffix(".status.json"))
         try:
-            status = json.loads(status_path.read_text())
-        except (OSError, ValueError):
+            record = RunRecord.reopen(paths)
+        except RecordError:
             continue
-        if not isinstance(status, dict) or status.get("run_id") != run_id:
-            continue
-        if RunState(status.get("state", "pending")) in TERMINAL_STATES:
-            return None
-        task_id = str(status.get("task_id"))
-        # the space the run held for its last words: on a full disk they are ours now
-        files.release_reserve(output_dir / f"{task_id}.reserve")
-        events = output_dir / f"{task_id}.events.jsonl"
-        files.append_jsonl(
-            events,
-            {
-                "ts": utc_now(),
-                "run_id": run_id,
-                "kind": EventKind.STATE_CHANGED.value,
-                "from_state": status.get("state"),
-                "to_state": RunState.ABANDONED.value,
-                "step": f"gc: {why}",
-            },
-        )
-        status.update(
-            state=RunState.ABANDONED.value,
-            terminal=True,
-            step=f"gc: {why}",
-            updated_at=utc_now(),
-            schema_version=SCHEMA_VERSION,
-        )
-        files.atomic_write_json(status_path, status)
-        result_path = output_dir / f"{task_id}.result.json"
-        if not result_path.exists():
-            files.atomic_write_json(
-                result_path,
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "run_id": run_id,
-                    "task_id": task_id,
-                    "status": "abandoned",
-                    "reason": "abandoned",
-                    "dod_passed": False,
-                    "error": f"the run's process died ({why}); gc removed its workspace",
-                    "worktree_removed": True,
-                },
-            )
-        return str(status_path)
+        if record.run_id == run_id:
+            return str(status_path) if record.mark_abandoned(why) else None
     return None
 
 

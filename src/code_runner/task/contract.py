@@ -19,7 +19,6 @@ this works for the built-in loop as well as for agent CLIs.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -196,38 +195,50 @@ def _paths(value: str) -> tuple[str, ...]:
 # --- judging --------------------------------------------------------------------------
 
 
-def evidence_status(result: Mapping[str, Any]) -> WorkerStatus:
-    """The status the evidence supports, from a run's result (never from the worker).
+@dataclass(frozen=True)
+class Evidence:
+    """What the runner knows at the end of a run, the claim is weighed against.
+
+    `RunResult.evidence()` builds it; the test counts are the DoD's on the base (round 0)
+    and on the best round."""
+
+    status: str
+    reason: str
+    source_unchanged: bool
+    changed_paths: tuple[str, ...]
+    dropped_paths: tuple[str, ...] = ()
+    tests_passed_base: int | None = None
+    tests_passed_best: int | None = None
+
+
+_BAD_ENDINGS = {"safety_violation", "source_changed", "patch_invalid", "internal_error"}
+
+
+def evidence_status(evidence: Evidence) -> WorkerStatus:
+    """The status the evidence supports (never the worker's word).
 
     PARTIAL needs proof of progress: the patch holds changes and, with them, more tests
     pass than on the base (test counts the DoD's output reported).
     """
-    status, reason = result.get("status"), result.get("reason")
-    if status in ("passed", "already_satisfied") and result.get("source_unchanged", True):
+    if evidence.status in ("passed", "already_satisfied") and evidence.source_unchanged:
         return WorkerStatus.SUCCESS
-    if reason == "blocked_needs_decision":
+    if evidence.reason == "blocked_needs_decision":
         return WorkerStatus.BLOCKED_NEEDS_DECISION
-    bad_endings = {"safety_violation", "source_changed", "patch_invalid", "internal_error"}
-    if status == "failed" and reason not in bad_endings and result.get("changed_files"):
-        base, best = _tests_passed(result, 0), _tests_passed(result, result.get("best_round"))
-        if best is not None and best > (base or 0):
-            return WorkerStatus.PARTIAL
+    if (
+        evidence.status == "failed"
+        and evidence.reason not in _BAD_ENDINGS
+        and evidence.changed_paths
+        and evidence.tests_passed_best is not None
+        and evidence.tests_passed_best > (evidence.tests_passed_base or 0)
+    ):
+        return WorkerStatus.PARTIAL
     return WorkerStatus.FAILED
 
 
-def _tests_passed(result: Mapping[str, Any], round_index: object) -> int | None:
-    for details in _dicts(result.get("round_details")):
-        if details.get("round") == round_index:
-            verdict = details.get("verdict")
-            if isinstance(verdict, Mapping) and isinstance(verdict.get("tests_passed"), int):
-                return int(verdict["tests_passed"])
-    return None
-
-
-def assess(response: str, result: Mapping[str, Any]) -> dict[str, Any]:
+def assess(response: str, evidence: Evidence) -> dict[str, Any]:
     """The worker's claim against the evidence: both statuses and every disagreement."""
     claim = parse_claim(response)
-    evidence = evidence_status(result)
+    status = evidence_status(evidence)
     mismatches: list[str] = []
     findings: list[str] = []
     if claim is None:
@@ -238,12 +249,11 @@ def assess(response: str, result: Mapping[str, Any]) -> dict[str, Any]:
                 f"RESULT_STATUS {claim.raw_status!r} is not one of "
                 + ", ".join(s.value for s in WorkerStatus)
             )
-        elif claim.status is not evidence:
+        elif claim.status is not status:
             mismatches.append(
-                f"the worker claims {claim.status.value}, the evidence says {evidence.value}"
+                f"the worker claims {claim.status.value}, the evidence says {status.value}"
             )
-        actual = {str(c.get("path")) for c in _dicts(result.get("changed_files"))}
-        dropped = {str(c.get("path")) for c in _dicts(result.get("dropped_changes"))}
+        actual, dropped = set(evidence.changed_paths), set(evidence.dropped_paths)
         claimed = set(claim.changed_files)
         if claimed - actual:
             mismatches.append(
@@ -258,7 +268,7 @@ def assess(response: str, result: Mapping[str, Any]) -> dict[str, Any]:
             )
     return {
         "claimed_status": claim.status.value if claim and claim.status else None,
-        "evidence_status": evidence.value,
+        "evidence_status": status.value,
         "mismatch": bool(mismatches),
         "mismatches": mismatches,
         "findings": findings,
@@ -266,13 +276,8 @@ def assess(response: str, result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _dicts(value: object) -> Sequence[Mapping[str, Any]]:
-    if not isinstance(value, list):
-        return []
-    return [item for item in value if isinstance(item, Mapping)]
-
-
 __all__ = [
+    "Evidence",
     "ResultClaim",
     "WorkerStatus",
     "assess",

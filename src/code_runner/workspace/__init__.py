@@ -1,9 +1,11 @@
 """The disposable checkout an agent works in: created, audited, exported, released.
 
-`create` makes a `clone --shared` into the state dir and a hardened checkout; `audit` judges
-every change against git's path rules and the allowlist; `trees` keeps and restores states
-and exports the patch; `lease` guards the source and finds what dead runs left; `env` is the
-environment every command in the workspace gets.
+`create` makes a `clone --shared` into the state dir and a hardened checkout, and returns the
+`Workspace` that owns it: `ws.audit(allowlist)`, `ws.keep()`, `ws.restore(tree)`,
+`ws.export(tree)`, `ws.release()`. Below it, `layout.WorkspacePaths` names its parts;
+`audit` judges every change against git's path rules and the allowlist; `trees` keeps and
+restores states and exports the patch; `lease` guards the source and finds what dead runs
+left; `env` is the environment every command in the workspace gets.
 """
 
 from code_runner.workspace.audit import (
@@ -17,8 +19,9 @@ from code_runner.workspace.audit import (
     read_changes,
     restore_git_pointer,
 )
-from code_runner.workspace.create import Workspace, create, release
+from code_runner.workspace.create import ExportedPatch, Workspace, create
 from code_runner.workspace.env import command_env, empty_scratch
+from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import (
     LOCK_TIMEOUT_S,
     Leftover,
@@ -44,10 +47,12 @@ __all__ = [
     "Audit",
     "Change",
     "ChangeKind",
+    "ExportedPatch",
     "GitState",
     "Leftover",
     "Rejection",
     "Workspace",
+    "WorkspacePaths",
     "audit",
     "base_tree",
     "command_env",
@@ -62,7 +67,6 @@ __all__ = [
     "process_start",
     "read_changes",
     "read_lease",
-    "release",
     "restore_git_pointer",
     "restore_tree",
     "review_diff",

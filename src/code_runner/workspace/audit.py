@@ -23,7 +23,7 @@ from code_runner import files
 from code_runner.files import force_rmtree, walk
 from code_runner.repo import git
 from code_runner.task import paths
-from code_runner.workspace.create import Workspace
+from code_runner.workspace.layout import WorkspacePaths
 
 _ZERO_SHA = "0" * 40
 
@@ -102,7 +102,7 @@ class GitState:
     pointer: str
 
 
-def git_state(ws: Workspace) -> GitState:
+def git_state(ws: WorkspacePaths) -> GitState:
     head = (ws.git_dir / "HEAD").read_text(errors="replace").strip()
     refs = json.dumps(git.read_refs(ws.git_dir), sort_keys=True)
     config = hashlib.sha256((ws.git_dir / "config").read_bytes()).hexdigest()
@@ -116,7 +116,7 @@ def git_state(ws: Workspace) -> GitState:
     return GitState(head=head, refs=refs, config=config, pointer=pointer)
 
 
-def restore_git_pointer(ws: Workspace) -> None:
+def restore_git_pointer(ws: WorkspacePaths) -> None:
     """Put the `.git` pointer file back exactly as the runner wrote it."""
     pointer_path = ws.work_tree / ".git"
     if pointer_path.is_dir() and not pointer_path.is_symlink():
@@ -126,12 +126,12 @@ def restore_git_pointer(ws: Workspace) -> None:
     files.atomic_write_text(pointer_path, f"gitdir: {ws.git_dir}\n")
 
 
-def _stage_all(ws: Workspace) -> None:
+def _stage_all(ws: WorkspacePaths) -> None:
     # --ignore-errors: an unreadable file must not hide every other change
     ws.repo.run("add", "--all", "--ignore-errors", "--", ".", check=False)
 
 
-def read_changes(ws: Workspace) -> list[Change]:
+def read_changes(ws: WorkspacePaths) -> list[Change]:
     """Stage everything and list what differs from base: binary-safe, renames split."""
     _stage_all(ws)
     fields = ws.repo.z(
@@ -170,7 +170,7 @@ def _judge(change: Change, allowlist: paths.Allowlist) -> tuple[str, bool] | Non
     return None
 
 
-def audit(ws: Workspace, allowlist: paths.Allowlist, before: GitState) -> Audit:  # noqa: C901 - the audit's steps in their required order
+def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> Audit:  # noqa: C901 - the audit's steps in their required order
     """Enforce the rules on the work tree; afterwards it is exactly base + `allowed`."""
     violations: list[str] = []
     after = git_state(ws)
@@ -219,7 +219,7 @@ def audit(ws: Workspace, allowlist: paths.Allowlist, before: GitState) -> Audit:
     return Audit(tuple(allowed), tuple(rejected), tuple(violations))
 
 
-def _remove_dot_git_entries(ws: Workspace) -> list[tuple[str, str]]:
+def _remove_dot_git_entries(ws: WorkspacePaths) -> list[tuple[str, str]]:
     """Remove nested repositories and every `.git`-like entry but the root's pointer file.
 
     Git refuses such paths (`git add` skips them), so they would otherwise stay behind
@@ -251,7 +251,7 @@ def _remove_dot_git_entries(ws: Workspace) -> list[tuple[str, str]]:
     return removed
 
 
-def _revert(ws: Workspace, changes: list[Change]) -> None:
+def _revert(ws: WorkspacePaths, changes: list[Change]) -> None:
     """Return each path to its base state, in the index and on disk."""
     nul = b"\0".join(c.path.encode("utf-8", "surrogateescape") for c in changes) + b"\0"
     env = {"GIT_LITERAL_PATHSPECS": "1"}
@@ -296,6 +296,6 @@ def _remove_path(root: Path, rel: str) -> None:
         target.unlink()
 
 
-def clean(ws: Workspace) -> None:
+def clean(ws: WorkspacePaths) -> None:
     """Remove untracked and ignored files: the DoD sees only base + the staged changes."""
     ws.repo.run("clean", "-ffdxq", "--", ".")

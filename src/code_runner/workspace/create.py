@@ -2,55 +2,122 @@
 
 A linked `git worktree` would share the source's git dir (refs, config, hooks); a clone
 shares only read-only objects. A workspace that fails half-way is removed at once, and one
-that is released leaves nothing behind."""
+that is released leaves nothing behind.
+
+The `Workspace` owns its state: the tree its work tree holds, the git state an agent must
+not change, its command environment and scratch dirs. A round reads as verbs on it:
+`audit`, `keep`, `restore`, `export`, `release`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import code_runner.workspace.trees as trees
 from code_runner import dirs
 from code_runner.files import force_rmtree
 from code_runner.repo import git
-from code_runner.workspace.env import command_env, empty_scratch
+from code_runner.task.paths import Allowlist
+from code_runner.workspace.audit import Audit, GitState, git_state
+from code_runner.workspace.audit import audit as audit_changes
+from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import source_lock, write_lease
 
 
 @dataclass(frozen=True)
+class ExportedPatch:
+    """The kept tree's changes against base: the patch, its review text, and whether it
+    applies to a clean base (`detail` says why not)."""
+
+    patch: bytes
+    review: str
+    applies_on_base: bool
+    detail: str
+
+
 class Workspace:
-    run_id: str
-    root: Path
-    source_dir: Path
-    base: str
+    """A live disposable checkout. Made by `create`; ends with `release`."""
+
+    def __init__(self, paths: WorkspacePaths, *, tree: str, git_before: GitState):
+        self.paths = paths
+        self._tree: str | None = tree
+        self._git_before = git_before
+
+    # --- where things are ----------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.paths.run_id
+
+    @property
+    def root(self) -> Path:
+        return self.paths.root
+
+    @property
+    def source_dir(self) -> Path:
+        return self.paths.source_dir
+
+    @property
+    def base(self) -> str:
+        return self.paths.base
 
     @property
     def work_tree(self) -> Path:
-        return self.root / "wt"
+        return self.paths.work_tree
 
     @property
     def git_dir(self) -> Path:
-        return self.root / "git"
-
-    def env(self) -> dict[str, str]:
-        """The environment for tool commands and the DoD in this workspace."""
-        return command_env(run_id=self.run_id, home_dir=self.home_dir, tmp_dir=self.tmp_dir)
-
-    def empty_scratch(self) -> None:
-        """Empty the commands' HOME and TMPDIR (before a DoD run without the sandbox)."""
-        empty_scratch(self.home_dir, self.tmp_dir)
-
-    @property
-    def home_dir(self) -> Path:
-        """A private HOME and TMPDIR for commands, so nothing lands in the user's."""
-        return self.root / "home"
-
-    @property
-    def tmp_dir(self) -> Path:
-        return self.root / "tmp"
+        return self.paths.git_dir
 
     @property
     def repo(self) -> git.Repo:
-        return git.Repo(git_dir=self.git_dir, work_tree=self.work_tree)
+        return self.paths.repo
+
+    def env(self) -> dict[str, str]:
+        """The environment for tool commands and the DoD in this workspace."""
+        return self.paths.env()
+
+    def empty_scratch(self) -> None:
+        """Empty the commands' HOME and TMPDIR (before a DoD run without the sandbox)."""
+        self.paths.empty_scratch()
+
+    # --- the work tree's state -----------------------------------------------------------
+
+    @property
+    def current_tree(self) -> str | None:
+        """The tree the work tree holds, as last kept or restored; None after an audit
+        until `keep` writes the audited state as a tree."""
+        return self._tree
+
+    def audit(self, allowlist: Allowlist) -> Audit:
+        """Enforce the rules on what an agent left: the work tree becomes base + allowed."""
+        self._tree = None
+        return audit_changes(self.paths, allowlist, self._git_before)
+
+    def keep(self) -> str:
+        """The work tree's state as a tree object (cheap to keep, cheap to restore)."""
+        self._tree = trees.current_tree(self.paths)
+        return self._tree
+
+    def restore(self, tree: str) -> None:
+        """Make the work tree and index exactly `tree` (a kept state)."""
+        trees.restore_tree(self.paths, tree)
+        self._tree = tree
+
+    def export(self, tree: str) -> ExportedPatch:
+        """The patch of `tree` against base (restored first when the work tree holds
+        another), with its review text, checked to apply on a clean base."""
+        if self._tree != tree:
+            self.restore(tree)
+        patch = trees.export_patch(self.paths)
+        applies, detail = trees.patch_applies_on_base(self.paths, patch)
+        return ExportedPatch(patch, trees.review_diff(self.paths), applies, detail)
+
+    def release(self) -> bool:
+        """Remove the workspace and its git dir. True when nothing is left."""
+        if self.root.exists():
+            force_rmtree(self.root)
+        return not self.root.exists()
 
 
 def create(
@@ -61,22 +128,15 @@ def create(
     root = dirs.workspaces_dir() / run_id
     root.mkdir(parents=True, exist_ok=False)
     try:
-        ws = Workspace(run_id=run_id, root=root, source_dir=source.work_tree, base=base)
+        paths = WorkspacePaths(run_id=run_id, root=root, source_dir=source.work_tree, base=base)
         write_lease(root, run_id, source.work_tree, output_dir)
-        ws.home_dir.mkdir()
-        ws.tmp_dir.mkdir()
+        paths.home_dir.mkdir()
+        paths.tmp_dir.mkdir()
         with source_lock(source.git_dir):
-            git.clone_shared(source, git_dir=ws.git_dir, work_tree=ws.work_tree)
-        ws.repo.run("checkout", "--quiet", "--no-recurse-submodules", "--detach", base)
+            git.clone_shared(source, git_dir=paths.git_dir, work_tree=paths.work_tree)
+        paths.repo.run("checkout", "--quiet", "--no-recurse-submodules", "--detach", base)
+        return Workspace(paths, tree=trees.base_tree(paths), git_before=git_state(paths))
     except BaseException:
         # A half-made workspace must not wait for `gc`: nothing else knows it exists.
         force_rmtree(root)
         raise
-    return ws
-
-
-def release(ws: Workspace) -> bool:
-    """Remove the workspace and its git dir. True when nothing is left."""
-    if ws.root.exists():
-        force_rmtree(ws.root)
-    return not ws.root.exists()

@@ -99,20 +99,17 @@ def test_the_block_is_parsed_with_markdown_decoration_and_continuation_lines() -
     assert odd is not None and odd.status is None and odd.raw_status == "mostly done"
 
 
-def _result(**fields: Any) -> dict[str, Any]:
+def _result(**fields: Any) -> contract.Evidence:
     base: dict[str, Any] = {
         "status": "failed",
         "reason": "dod_failed",
         "source_unchanged": True,
-        "changed_files": [{"path": "calc.py"}],
-        "dropped_changes": [],
-        "best_round": 1,
-        "round_details": [
-            {"round": 0, "verdict": {"tests_passed": 0, "tests_failed": 2}},
-            {"round": 1, "verdict": {"tests_passed": 1, "tests_failed": 1}},
-        ],
+        "changed_paths": ("calc.py",),
+        "dropped_paths": (),
+        "tests_passed_base": 0,
+        "tests_passed_best": 1,
     }
-    return base | fields
+    return contract.Evidence(**(base | fields))
 
 
 @pytest.mark.parametrize(
@@ -122,9 +119,9 @@ def _result(**fields: Any) -> dict[str, Any]:
         ({"status": "passed", "reason": "dod_passed", "source_unchanged": False}, "FAILED"),
         ({"reason": "blocked_needs_decision"}, "BLOCKED_NEEDS_DECISION"),
         ({}, "PARTIAL"),  # one more test passes than on the base
-        ({"changed_files": []}, "FAILED"),
+        ({"changed_paths": ()}, "FAILED"),
         ({"reason": "safety_violation"}, "FAILED"),
-        ({"round_details": []}, "FAILED"),  # no test counts: no proof of progress
+        ({"tests_passed_best": None}, "FAILED"),  # no test counts: no proof of progress
     ],
 )
 def test_the_status_comes_from_evidence(fields: dict[str, Any], expected: str) -> None:
@@ -134,7 +131,7 @@ def test_the_status_comes_from_evidence(fields: dict[str, Any], expected: str) -
 def test_a_claim_that_disagrees_with_the_evidence_is_a_mismatch() -> None:
     claim = "RESULT_STATUS: SUCCESS\nCHANGED_FILES: calc.py, secret.py, notes.md"
     assessed = contract.assess(
-        claim, _result(dropped_changes=[{"path": "notes.md"}], changed_files=[{"path": "calc.py"}])
+        claim, _result(dropped_paths=("notes.md",), changed_paths=("calc.py",))
     )
     assert assessed["claimed_status"] == "SUCCESS" and assessed["evidence_status"] == "PARTIAL"
     assert assessed["mismatch"] is True

@@ -14,6 +14,7 @@ from code_runner import files
 from code_runner.cli.boundary import run_cli as invoke
 from code_runner.cli.main import cli
 from code_runner.cli.replay_cmd import comparable
+from code_runner.record import load_result
 from code_runner.testing.chat_completions import ChatCompletions
 from code_runner.testing.scripted_server import ScriptedServer
 from tests.helpers.git import make_repo
@@ -62,8 +63,8 @@ def test_recorded_run_replays_identically(
     assert code == 0, capsys.readouterr()
     assert "reproduced" in capsys.readouterr().out
     assert (out / f"{name}.patch").read_bytes() == (recorded / f"{name}.patch").read_bytes()
-    before = comparable(result(recorded / f"{name}.result.json"))
-    after = comparable(result(out / f"{name}.result.json"))
+    before = comparable(load_result(recorded / f"{name}.result.json"))
+    after = comparable(load_result(out / f"{name}.result.json"))
     assert after == before
     assert tool_calls(out / f"{name}.transcript.jsonl") == tool_calls(
         recorded / f"{name}.transcript.jsonl"

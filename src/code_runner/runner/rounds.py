@@ -1,0 +1,323 @@
+"""The round loop: round 0 (does the DoD already pass?), then agent -> audit -> DoD -> score
+-> keep the best or restore it, until a round ends the run. How it ended is one `Ending`,
+decided by `ending()` from what the loop saw, and nowhere else.
+
+The agent only edits; everything that decides the outcome (audit, DoD, score) is computed
+here from real git state and real exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from code_runner import verify, workspace
+from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
+from code_runner.errors import CodeRunnerError, Interrupted
+from code_runner.events import EventKind
+from code_runner.record import Reason, ResultStatus, RunRecord, RunState
+from code_runner.sandbox import Session
+from code_runner.task import TaskSpec
+from code_runner.tools import Toolbox
+
+# an agent CLI's round ended without an answer: the run ends with this reason
+_CLI_ENDINGS: dict[AgentStop, Reason] = {
+    AgentStop.BLOCKED: Reason.BLOCKED_NEEDS_DECISION,
+    AgentStop.TIMEOUT: Reason.AGENT_TIMEOUT,
+}
+
+
+_BUDGET_REASONS: dict[BudgetKind | None, Reason] = {
+    BudgetKind.TURNS: Reason.BUDGET_TURNS,
+    BudgetKind.TOKENS: Reason.BUDGET_TOKENS,
+    BudgetKind.COST: Reason.BUDGET_COST,
+    BudgetKind.WALL_CLOCK: Reason.BUDGET_WALL_CLOCK,
+}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended: the status and reason result.json carries, and the words."""
+
+    status: ResultStatus
+    reason: Reason
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status in (ResultStatus.PASSED, ResultStatus.ALREADY_SATISFIED)
+
+
+@dataclass
+class Best:
+    score: float
+    tree: str
+    round_index: int
+    passed: bool = False
+    changes: tuple[workspace.Change, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one agent round returned: the agent's outcome, what the audit found, and (when
+    the audit let the DoD run) whether it passed."""
+
+    index: int
+    agent: AgentOutcome
+    violations: tuple[str, ...] = ()
+    verdict: verify.Verdict | None = None
+    passed: bool = False
+    changed: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the loop has seen so far: the inputs of `ending`."""
+
+    base_passed: bool = False
+    last: RoundResult | None = None
+    out_of_time: bool = False
+    rounds_left: bool = True
+    best_round: int = 0
+    changed: bool = False  # some round left an allowed change
+    timeout_s: float = 0.0
+
+
+def ending(seen: Progress) -> Ending | None:
+    """How the run ends, given what the loop saw; None while it goes on."""
+    if seen.base_passed:
+        return Ending(ResultStatus.ALREADY_SATISFIED, Reason.ALREADY_SATISFIED)
+    decided = _round_ending(seen.last) if seen.last is not None else None
+    if decided is not None:
+        return decided
+    if seen.out_of_time:
+        error = f"the run exceeded its timeout of {seen.timeout_s:g} s"
+        return Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, error)
+    if seen.rounds_left:
+        return None
+    if seen.best_round == 0 and not seen.changed:
+        return Ending(ResultStatus.FAILED, Reason.NO_ALLOWED_CHANGES)
+    return Ending(ResultStatus.FAILED, Reason.DOD_FAILED)
+
+
+def _round_ending(last: RoundResult) -> Ending | None:
+    """The ending the last round decides on its own: a violation, a pass, or an agent stop."""
+    if last.violations:
+        return Ending(ResultStatus.FAILED, Reason.SAFETY_VIOLATION, "; ".join(last.violations))
+    if last.passed:
+        return Ending(ResultStatus.PASSED, Reason.DOD_PASSED)
+    stop = last.agent.stop
+    if stop is AgentStop.BUDGET:
+        reason = _BUDGET_REASONS.get(last.agent.budget, Reason.BUDGET_EXHAUSTED)
+        return Ending(ResultStatus.FAILED, reason, last.agent.error)
+    if stop is AgentStop.ERROR:
+        return Ending(ResultStatus.FAILED, Reason.AGENT_ERROR, last.agent.error)
+    if stop in _CLI_ENDINGS:
+        return Ending(ResultStatus.FAILED, _CLI_ENDINGS[stop], last.agent.error)
+    return None
+
+
+@dataclass
+class RoundLoop:
+    """Runs the rounds of one task in one workspace; `run()` returns how it ended."""
+
+    spec: TaskSpec
+    agent: Agent
+    record: RunRecord
+    ws: workspace.Workspace
+    deadline: float
+    check_stop: Callable[[], None]
+    sandbox: Session | None = None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    best: Best | None = None
+    violations: list[str] = field(default_factory=list)
+    dropped: list[dict[str, object]] = field(default_factory=list)
+    last_response: str = ""  # the agent's final text of the last round (its RESULT block)
+
+    def run(self) -> Ending:
+        toolbox = Toolbox(
+            self.ws.work_tree,
+            allowlist=self.spec.allowlist_policy,
+            source_dir=self.ws.source_dir,
+            env=self.ws.env(),
+            events=self.record,
+            wrap_argv=self.sandbox.wrap if self.sandbox else None,
+        )
+        previous = self._baseline()
+        seen = Progress(base_passed=previous.passed, timeout_s=self.spec.timeout_s)
+        for index in range(1, self.spec.max_rounds + 1):
+            found = ending(seen)
+            if found is not None:
+                return found
+            self.check_stop()
+            if time.monotonic() >= self.deadline:
+                return self._end(dataclasses.replace(seen, out_of_time=True))
+            last = self._round(index, toolbox, previous)
+            previous = last.verdict or previous
+            seen = self._progress(seen, last)
+        return self._end(dataclasses.replace(seen, rounds_left=False))
+
+    @staticmethod
+    def _end(seen: Progress) -> Ending:
+        found = ending(seen)
+        assert found is not None, "a loop that stops has an ending"
+        return found
+
+    def _progress(self, seen: Progress, last: RoundResult) -> Progress:
+        assert self.best is not None
+        return Progress(
+            last=last,
+            best_round=self.best.round_index,
+            changed=seen.changed or last.changed,
+            timeout_s=seen.timeout_s,
+        )
+
+    # --- round 0 ---------------------------------------------------------------------------
+
+    def _baseline(self) -> verify.Verdict:
+        self.record.transition(RunState.BASELINE, step="round 0: is the DoD already satisfied?")
+        verdict = self._dod("round 0 (base)")
+        base_tree = self.ws.current_tree
+        assert base_tree is not None
+        score = verify.score(verdict) if not verdict.passed else 1.0
+        self.best = Best(score=score, tree=base_tree, round_index=0, passed=verdict.passed)
+        self.rounds.append({"round": 0, "verdict": verdict.to_dict(), "score": score})
+        self.record.append_round(self.rounds[-1])
+        if not verdict.passed:
+            self.best.score = min(self.best.score, 0.0)  # the base itself is never "progress"
+        return verdict
+
+    # --- one round -------------------------------------------------------------------------
+
+    def _round(self, index: int, toolbox: Toolbox, previous: verify.Verdict) -> RoundResult:
+        started = time.monotonic()
+        outcome = self._agent(index, toolbox, previous)
+        self.check_stop()
+        self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
+        audit = self.ws.audit(self.spec.allowlist_policy)
+        self._hand_over()  # files the audit restored are root's until handed back
+        self.record.emit(EventKind.AUDIT, **audit.to_dict())
+        if audit.rejected:
+            self.dropped.extend(r.to_dict() | {"round": index} for r in audit.rejected)
+            self.record.emit(
+                EventKind.CHANGES_DROPPED, paths=[r.change.path for r in audit.rejected]
+            )
+        details: dict[str, Any] = {
+            "round": index,
+            "agent_stop": outcome.stop.value,
+            "agent_turns": outcome.turns,
+            "agent_error": outcome.error,
+            **({"agent_usage": dict(outcome.usage)} if outcome.usage else {}),
+            "audit": audit.to_dict(),
+        }
+        changed = audit.changed_allowed
+        if audit.violations:
+            self.violations.extend(audit.violations)
+            self._finish_round(details, started)
+            return RoundResult(index, outcome, violations=audit.violations, changed=changed)
+        verdict, passed = self._judge(index, audit, details)
+        self._finish_round(details, started)
+        return RoundResult(index, outcome, verdict=verdict, passed=passed, changed=changed)
+
+    def _agent(self, index: int, toolbox: Toolbox, previous: verify.Verdict) -> AgentOutcome:
+        self.record.set_round(index)
+        self.record.emit(EventKind.ROUND_STARTED, max_rounds=self.spec.max_rounds)
+        self.record.transition(RunState.AGENT, step=f"round {index}: agent")
+        ctx = RoundContext(
+            task=self.spec,
+            round_index=index,
+            max_rounds=self.spec.max_rounds,
+            workspace_dir=self.ws.work_tree,
+            previous_verdict=previous,
+            record_paths=self.record.paths,
+            env=self.ws.env(),
+            deadline=self.deadline,
+        )
+        self.record.emit(EventKind.AGENT_STARTED, backend=self.spec.backend)
+        try:
+            outcome = self.agent.run_round(ctx, toolbox, self.record)
+        except Interrupted:
+            raise
+        except CodeRunnerError as exc:
+            outcome = AgentOutcome(AgentStop.ERROR, error=exc.render())
+        self.record.emit(
+            EventKind.AGENT_FINISHED,
+            stop=outcome.stop.value,
+            turns=outcome.turns,
+            error=outcome.error,
+        )
+        self.record.append_response(index, outcome.response)
+        self.last_response = outcome.response
+        return outcome
+
+    def _judge(
+        self, index: int, audit: workspace.Audit, details: dict[str, Any]
+    ) -> tuple[verify.Verdict, bool]:
+        """The DoD on base + the allowed changes; keep the state if it is the best so far,
+        else go back to the best. (the verdict, whether the round passed)"""
+        self.record.transition(RunState.VERIFYING, step=f"round {index}: DoD")
+        verdict = self._dod(f"round {index}")
+        passed = verdict.passed and audit.changed_allowed
+        score = 1.0 if passed else min(verify.score(verdict), 0.49)
+        tree = self.ws.keep()
+        details.update(verdict=verdict.to_dict(), score=score, passed=passed)
+        best = self.best
+        assert best is not None
+        if score >= best.score and audit.changed_allowed:
+            self.best = Best(score, tree, index, passed, changes=audit.allowed)
+            self.record.set_best(score)
+            self.record.emit(EventKind.BEST_KEPT, score=score, tree=tree)
+            details["kept"] = True
+        elif tree != best.tree:
+            self.ws.restore(best.tree)
+            self._hand_over()
+            self.record.emit(
+                EventKind.BEST_RESTORED,
+                score=score,
+                best_score=best.score,
+                best_round=best.round_index,
+            )
+            details["restored_to_round"] = best.round_index
+        return verdict, passed
+
+    def _finish_round(self, details: dict[str, Any], started: float) -> None:
+        details["duration_s"] = round(time.monotonic() - started, 3)
+        self.rounds.append(details)
+        self.record.append_round(details)
+        self.record.emit(
+            EventKind.ROUND_FINISHED, score=details.get("score"), passed=details.get("passed")
+        )
+
+    def _dod(self, label: str) -> verify.Verdict:
+        dod = self.spec.definition_of_done
+        remaining = max(1.0, self.deadline - time.monotonic())
+        if remaining < dod.timeout_s:
+            dod = dod.model_copy(update={"timeout_s": remaining})
+        self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
+        if self.sandbox is None:
+            self.ws.empty_scratch()
+        verdict = verify.run_dod(
+            dod,
+            cwd=self.ws.work_tree,
+            env=self.ws.env(),
+            log_path=self.record.paths.verifier_log,
+            label=label,
+            wrap_argv=self.sandbox.wrap if self.sandbox else None,
+        )
+        self.record.emit(
+            EventKind.DOD_FINISHED,
+            label=label,
+            passed=verdict.passed,
+            exit_code=verdict.exit_code,
+            reason=verdict.reason,
+        )
+        return verdict
+
+    def _hand_over(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.hand_over()
+
+
+__all__ = ["Best", "Ending", "Progress", "RoundLoop", "RoundResult", "ending"]

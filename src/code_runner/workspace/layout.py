@@ -1,0 +1,47 @@
+"""Where a workspace's parts live (`WorkspacePaths`): a frozen value the audit and the tree
+operations work on, below the `Workspace` object that owns the live state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from code_runner.repo import git
+from code_runner.workspace.env import command_env, empty_scratch
+
+
+@dataclass(frozen=True)
+class WorkspacePaths:
+    run_id: str
+    root: Path
+    source_dir: Path
+    base: str
+
+    @property
+    def work_tree(self) -> Path:
+        return self.root / "wt"
+
+    @property
+    def git_dir(self) -> Path:
+        return self.root / "git"
+
+    @property
+    def home_dir(self) -> Path:
+        """A private HOME and TMPDIR for commands, so nothing lands in the user's."""
+        return self.root / "home"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def repo(self) -> git.Repo:
+        return git.Repo(git_dir=self.git_dir, work_tree=self.work_tree)
+
+    def env(self) -> dict[str, str]:
+        """The environment for tool commands and the DoD in this workspace."""
+        return command_env(run_id=self.run_id, home_dir=self.home_dir, tmp_dir=self.tmp_dir)
+
+    def empty_scratch(self) -> None:
+        """Empty the commands' HOME and TMPDIR (before a DoD run without the sandbox)."""
+        empty_scratch(self.home_dir, self.tmp_dir)
