@@ -114,6 +114,7 @@ class Experiment:
         self.kill: KillSummary | None = None
         self.leftovers = 0
         self.timed_out = False
+        self.cleaning_up = False
         self.started_s = 0.0
 
     @property
@@ -169,21 +170,12 @@ class Experiment:
         self.started_s = launched.started_s
         self._move(ExperimentState.RUNNING, pid=launched.pid)
         self._write_status(launched)
-        interrupted: str | None = None
-        try:
-            with proc.signals_as_interrupt(_Terminated, signals=(signal.SIGTERM,)):
-                self._loop(launched)
-        except (KeyboardInterrupt, _Terminated) as exc:
-            interrupted = exc.signal_name if isinstance(exc, _Terminated) else "SIGINT"
-            self.record.emit(MonitorEvent.SIGNAL_RECEIVED, signal=interrupted)
-            self.stop_reason = f"interrupted ({interrupted})"
-        finally:
-            if launched.poll() is None:
-                reason = "timeout" if self.timed_out else (self.stop_reason or "monitor stopped")
-                self._kill_tree(launched, reason)
-            self._cleanup_leftovers(launched)
-            self.peaks.add(launched.sample(with_pss=False))  # CPU of the reaped command too
-            launched.close()
+        # SIGTERM stops the experiment as Ctrl-C does; once the tree is being killed, more
+        # signals wait: the kill and the record must finish.
+        with proc.signals_as_interrupt(
+            _Terminated, signals=(signal.SIGTERM,), ignore=lambda: self.cleaning_up
+        ):
+            interrupted = self._watch(launched)
         final = self._final_state(launched.poll())
         self._move(final, returncode=launched.returncode)
         self.watch.pump(final=True)
@@ -221,6 +213,25 @@ class Experiment:
             stop_reason=self._stop_text(interrupted),
             interrupted=interrupted is not None,
         )
+
+    def _watch(self, launched: Launched) -> str | None:
+        """Monitor until the command ends; kill what is left. The signal that stopped us, if any."""
+        interrupted: str | None = None
+        try:
+            self._loop(launched)
+        except (KeyboardInterrupt, _Terminated) as exc:
+            interrupted = exc.signal_name if isinstance(exc, _Terminated) else "SIGINT"
+            self.record.emit(MonitorEvent.SIGNAL_RECEIVED, signal=interrupted)
+            self.stop_reason = f"interrupted ({interrupted})"
+        finally:
+            self.cleaning_up = True
+            if launched.poll() is None:
+                reason = "timeout" if self.timed_out else (self.stop_reason or "monitor stopped")
+                self._kill_tree(launched, reason)
+            self._cleanup_leftovers(launched)
+            self.peaks.add(launched.sample(with_pss=False))  # CPU of the reaped command too
+            launched.close()
+        return interrupted
 
     def _loop(self, launched: Launched) -> None:
         next_check = self.started_s + self.spec.interval_s
