@@ -153,7 +153,7 @@ class _LineReader:
         return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
 
 
-class _Streams:
+class OutputStreams:
     """The CLI's two output files, read as they grow and fed line by line to the translator."""
 
     def __init__(self, command: SupervisedCommand, translator: Translator) -> None:
@@ -260,7 +260,7 @@ class OutputCap:
     """More output than the cap, read or still unread on disk."""
 
     max_output_bytes: int
-    streams: _Streams
+    streams: OutputStreams
 
     def check(self, moment: Moment) -> tuple[Ending, str] | None:
         cap = self.max_output_bytes
@@ -272,7 +272,7 @@ class OutputCap:
 def ending_checks(
     limits: SupervisionLimits,
     translator: Translator,
-    streams: _Streams,
+    streams: OutputStreams,
     stop_requested: Callable[[], bool],
 ) -> tuple[EndingCheck, ...]:
     """The endings, in the order they are decided when several hold at once."""
@@ -303,7 +303,7 @@ def supervise(
         running = _start(command, tmux)
     except OSError as exc:
         return _not_started(command, exc, time.monotonic() - started)
-    streams = _Streams(command, translator)
+    streams = OutputStreams(command, translator)
     checks = ending_checks(limits, translator, streams, stop_requested)
     last_growth = started
     try:
@@ -401,6 +401,7 @@ __all__ = [
     "IdleTimeout",
     "Moment",
     "OutputCap",
+    "OutputStreams",
     "StopRequested",
     "Supervised",
     "SupervisedCommand",
