@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -44,7 +45,10 @@ def test_ignore_holds_signals_back() -> None:
 
 def test_deferred_signals_arrive_after_the_block() -> None:
     order: list[str] = []
+    main = threading.main_thread().ident
+    assert main is not None
     with pytest.raises(Stopped), proc.signals_as_interrupt(Stopped), proc.signals_deferred():
-        os.kill(os.getpid(), signal.SIGTERM)
+        # to this thread: the mask is per thread, and another may have it unblocked
+        signal.pthread_kill(main, signal.SIGTERM)
         order.append("cleanup finished")
     assert order == ["cleanup finished"]
