@@ -72,7 +72,6 @@ def per_check(root: Path, samples: int) -> dict[str, float]:
         ["bash", "-c", TREE],
         cwd=root,
         env=dict(os.environ),
-        token=uuid.uuid4().hex,
         stdout_path=out,
         stderr_path=err,
     )

@@ -11,18 +11,14 @@ in a way the apply step did not make, 5 the record is incomplete or its patch wa
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
 import code_runner.cli.render as render
-from code_runner import apply
+from code_runner import apply, proc
 from code_runner.apply import decide
 from code_runner.errors import ApplyRefused, Interrupted, SafetyViolation
 from code_runner.record import RunRecord, finished
@@ -34,26 +30,9 @@ run_dir_argument = click.argument(
 )
 
 
-@contextlib.contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
-    """SIGINT/SIGTERM become `Interrupted`, so the transaction rolls back; a second
-    signal during the rollback is ignored (the rollback must finish)."""
-    seen: list[int] = []
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        if seen:
-            return
-        seen.append(signum)
-        raise Interrupted(f"received {signal.Signals(signum).name}")
-
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+def _interrupted(signal_name: str) -> Interrupted:
+    """SIGINT/SIGTERM during an apply: the transaction rolls back (a repeat is ignored)."""
+    return Interrupted(f"received {signal_name}")
 
 
 def _show_plan(
@@ -131,7 +110,7 @@ def apply_command(
             out.print(f"applies cleanly; DoD {mark} — {escape(verdict.reason)}")
             out.print("nothing was changed.")
         return 0 if verdict.passed else 1
-    with _signals_as_interrupt():
+    with proc.signals_as_interrupt(_interrupted):
         outcome = decide.apply_run(
             run, commit=commit, author=identity, run_hooks=run_hooks, record=record
         )

@@ -19,19 +19,23 @@ from typing import Any
 import click
 
 from code_runner.errors import Interrupted, RunTimeout, UsageError
-from code_runner.monitor.detect import Detection, detect_type
-from code_runner.monitor.experiment import Experiment
-from code_runner.monitor.launch import check_launchable
-from code_runner.monitor.record import RunRecord, check_run_dir, default_run_dir
-from code_runner.monitor.result import ExperimentResult
-from code_runner.monitor.spec import (
+from code_runner.monitor import (
+    Detection,
+    Experiment,
+    ExperimentResult,
     ExperimentSpec,
+    ExperimentState,
     ExperimentType,
+    PlainUI,
+    RunRecord,
     build_spec,
+    check_launchable,
+    check_run_dir,
+    choose_ui,
+    default_run_dir,
+    detect_type,
     load_spec_file,
 )
-from code_runner.monitor.state import ExperimentState
-from code_runner.monitor.ui import PlainUI, choose_ui
 
 _TYPES = ", ".join(t.value for t in ExperimentType)
 

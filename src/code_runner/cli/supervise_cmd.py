@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -193,7 +192,7 @@ def attach_command(run_dir: Path, read_only: bool, print_only: bool) -> int:
     while True:
         if _has_session(socket, session):
             # interactive: tmux takes over this terminal until the person detaches
-            subprocess.run(argv, check=False)
+            proc.hand_terminal(argv, env=dict(os.environ))
             if _has_session(socket, session):
                 return 0  # detached; the run goes on
         if _status(status_path).get("terminal"):

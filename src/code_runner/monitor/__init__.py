@@ -6,12 +6,13 @@ build a spec, detect the type, run an `Experiment` into a `RunRecord`, read a re
 
 from code_runner.monitor.detect import Detection, detect_type
 from code_runner.monitor.experiment import Experiment
-from code_runner.monitor.record import RunRecord, default_run_dir
+from code_runner.monitor.launch import check_launchable
+from code_runner.monitor.record import RunRecord, check_run_dir, default_run_dir
 from code_runner.monitor.report import render_report, render_status
 from code_runner.monitor.result import ExperimentResult, load_result
 from code_runner.monitor.spec import ExperimentSpec, ExperimentType, build_spec, load_spec_file
 from code_runner.monitor.state import ExperimentState
-from code_runner.monitor.ui import PlainUI, TerminalUI
+from code_runner.monitor.ui import PlainUI, TerminalUI, choose_ui
 
 __all__ = [
     "Detection",
@@ -24,6 +25,9 @@ __all__ = [
     "RunRecord",
     "TerminalUI",
     "build_spec",
+    "check_launchable",
+    "check_run_dir",
+    "choose_ui",
     "default_run_dir",
     "detect_type",
     "load_result",

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 SUPPORTED_FORMS = (
     "exit_code == 0",
     "file PATH exists",
@@ -73,8 +75,11 @@ class Evidence:
     last_metrics: Mapping[str, float]
 
 
-@dataclass(frozen=True)
-class CriterionResult:
+class CriterionOutcome(BaseModel):
+    """One criterion judged: the record keeps this value as it is (`result.json`)."""
+
+    model_config = ConfigDict(frozen=True)
+
     text: str
     passed: bool
     observed: str
@@ -112,31 +117,33 @@ def _unquote(value: str) -> str:
     return value
 
 
-def judge(criterion: Criterion, evidence: Evidence) -> CriterionResult:
+def judge(criterion: Criterion, evidence: Evidence) -> CriterionOutcome:
     """Decide one criterion from evidence; `observed` says what was seen, for the report."""
     kind = criterion.kind
     compare = _OPS[criterion.op]
     if kind is CriterionKind.EXIT_CODE:
         if evidence.exit_code is None:
-            return CriterionResult(criterion.text, False, "no exit code (process did not exit)")
+            return _verdict(criterion, False, "no exit code (process did not exit)")
         ok = compare(float(evidence.exit_code), criterion.number)
-        return CriterionResult(criterion.text, ok, f"exit code {evidence.exit_code}")
+        return _verdict(criterion, ok, f"exit code {evidence.exit_code}")
     if kind in (CriterionKind.FILE_EXISTS, CriterionKind.FILE_SIZE):
         path = evidence.cwd / criterion.subject
         if not path.exists():
-            return CriterionResult(criterion.text, False, f"{criterion.subject} is missing")
+            return _verdict(criterion, False, f"{criterion.subject} is missing")
         size = path.stat().st_size
         ok = kind is CriterionKind.FILE_EXISTS or compare(float(size), criterion.number)
-        return CriterionResult(criterion.text, ok, f"{criterion.subject} is {size} bytes")
+        return _verdict(criterion, ok, f"{criterion.subject} is {size} bytes")
     if kind in (CriterionKind.STDOUT_CONTAINS, CriterionKind.STDERR_CONTAINS):
         stream = "stdout" if kind is CriterionKind.STDOUT_CONTAINS else "stderr"
         text = evidence.stdout_text if stream == "stdout" else evidence.stderr_text
         found = criterion.subject in text
-        return CriterionResult(
-            criterion.text, found, f"{stream} {'contains' if found else 'lacks'} the text"
-        )
+        return _verdict(criterion, found, f"{stream} {'contains' if found else 'lacks'} the text")
     value = evidence.last_metrics.get(criterion.subject)
     if value is None:
-        return CriterionResult(criterion.text, False, f"metric {criterion.subject} never parsed")
+        return _verdict(criterion, False, f"metric {criterion.subject} never parsed")
     ok = compare(value, criterion.number)
-    return CriterionResult(criterion.text, ok, f"last {criterion.subject} = {value:g}")
+    return _verdict(criterion, ok, f"last {criterion.subject} = {value:g}")
+
+
+def _verdict(criterion: Criterion, passed: bool, observed: str) -> CriterionOutcome:
+    return CriterionOutcome(text=criterion.text, passed=passed, observed=observed)

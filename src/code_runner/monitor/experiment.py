@@ -10,30 +10,19 @@ happens, the record is completed in `finally`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import select
 import signal
-import threading
 import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
+from code_runner import proc
 from code_runner.errors import CodeRunnerError
-from code_runner.monitor.adjust import ADJUST_HELP, adjusted_spec, diagnosis
-from code_runner.monitor.alerts import (
-    Action,
-    Alert,
-    AlertKind,
-    AlertPolicy,
-    Episode,
-    choose,
-    options_for,
-)
+from code_runner.monitor.adjust import diagnosis
+from code_runner.monitor.alerts import Alert, AlertKind, AlertPolicy, Episode
 from code_runner.monitor.checks import (
     MemoryCheck,
     Observation,
@@ -41,14 +30,15 @@ from code_runner.monitor.checks import (
     ProgressCheck,
     StallCheck,
 )
-from code_runner.monitor.collect import count_present
 from code_runner.monitor.detect import Detection
+from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Reply, Situation, Stop
 from code_runner.monitor.finish import Outcome, finish_run
-from code_runner.monitor.launch import KillReport, Launched, TreeSample, launch
+from code_runner.monitor.launch import Launched, TreeSample, launch
 from code_runner.monitor.record import MonitorEvent, RunRecord, utc_now
-from code_runner.monitor.result import AlertRecord, AnswerRecord, ExperimentResult
+from code_runner.monitor.result import AlertRecord, ExperimentResult, KillSummary
 from code_runner.monitor.spec import ExperimentSpec, ExperimentType
 from code_runner.monitor.state import ExperimentState, can_move
+from code_runner.monitor.status import status
 from code_runner.monitor.ui import MonitorUI
 from code_runner.monitor.watch import OutputWatch
 
@@ -74,6 +64,10 @@ class Peaks:
 
 class _Terminated(Exception):
     """SIGTERM reached the monitor: stop the experiment as for Ctrl-C."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
 
 class Experiment:
@@ -112,19 +106,21 @@ class Experiment:
             metric_regex=re.compile(spec.metric_regex) if spec.metric_regex else None,
         )
         self.alerts: list[AlertRecord] = []
-        self.answers: list[AnswerRecord] = []
-        self.pending: Alert | None = None
-        self.awaiting_adjust = False
+        self.dialogue = Dialogue(ui, record, self.policy)
         self.check_no = 0
         self.peaks = Peaks()
         self.stop_reason: str | None = None
         self.early_stop_sent = False
-        self.kill: KillReport | None = None
-        self.kill_reason = ""
+        self.kill: KillSummary | None = None
         self.leftovers = 0
         self.timed_out = False
+        self.cleaning_up = False
         self.started_s = 0.0
-        self.deadline_s = 0.0
+
+    @property
+    def deadline_s(self) -> float:
+        """When the hard timeout strikes (monotonic); answers may move it."""
+        return self.started_s + self.spec.timeout_s
 
     # -- state ------------------------------------------------------------------------------
 
@@ -164,7 +160,6 @@ class Experiment:
                 self.spec.argv,
                 cwd=self.spec.cwd,
                 env=self.env,
-                token=uuid.uuid4().hex,
                 stdout_path=self.record.stdout_path,
                 stderr_path=self.record.stderr_path,
             )
@@ -173,53 +168,70 @@ class Experiment:
             self.record.write_status({"state": self.state.value, "finished": True})
             raise
         self.started_s = launched.started_s
-        self.deadline_s = self.started_s + self.spec.timeout_s
         self._move(ExperimentState.RUNNING, pid=launched.pid)
         self._write_status(launched)
+        # SIGTERM stops the experiment as Ctrl-C does; once the tree is being killed, more
+        # signals wait: the kill and the record must finish.
+        with proc.signals_as_interrupt(
+            _Terminated, signals=(signal.SIGTERM,), ignore=lambda: self.cleaning_up
+        ):
+            interrupted = self._watch(launched)
+        final = self._final_state(launched.poll())
+        self._move(final, returncode=launched.returncode)
+        self.watch.pump(final=True)
+        outcome = self._outcome(final, launched.returncode, started_at, interrupted)
+        result = finish_run(
+            self.spec, self.kind, self.detection, self.record, self.watch, self.progress, outcome
+        )
+        self._write_status(launched, finished=True)
+        return result
+
+    def _outcome(
+        self,
+        final: ExperimentState,
+        returncode: int | None,
+        started_at: str,
+        interrupted: str | None,
+    ) -> Outcome:
+        exit_code = None if returncode is None else proc.exit_code_of(returncode, self.timed_out)
+        return Outcome(
+            state=final,
+            exit_code=exit_code,
+            signal=proc.signal_of(returncode),
+            duration_s=round(time.monotonic() - self.started_s, 3),
+            started_at=started_at,
+            kill=self.kill,
+            leftovers_killed=self.leftovers,
+            checks=self.check_no,
+            peak_rss_bytes=self.peaks.rss,
+            peak_pss_bytes=self.peaks.pss,
+            peak_processes=self.peaks.processes,
+            memory_baseline_bytes=self.memory.baseline_bytes,
+            cpu_s=round(self.peaks.last.cpu_s, 3),
+            alerts=tuple(self.alerts),
+            answers=tuple(self.dialogue.answers),
+            stop_reason=self._stop_text(interrupted),
+            interrupted=interrupted is not None,
+        )
+
+    def _watch(self, launched: Launched) -> str | None:
+        """Monitor until the command ends; kill what is left. The signal that stopped us, if any."""
         interrupted: str | None = None
         try:
-            with _sigterm_raises():
-                self._loop(launched)
+            self._loop(launched)
         except (KeyboardInterrupt, _Terminated) as exc:
-            interrupted = "SIGTERM" if isinstance(exc, _Terminated) else "SIGINT"
+            interrupted = exc.signal_name if isinstance(exc, _Terminated) else "SIGINT"
             self.record.emit(MonitorEvent.SIGNAL_RECEIVED, signal=interrupted)
             self.stop_reason = f"interrupted ({interrupted})"
         finally:
+            self.cleaning_up = True
             if launched.poll() is None:
                 reason = "timeout" if self.timed_out else (self.stop_reason or "monitor stopped")
                 self._kill_tree(launched, reason)
             self._cleanup_leftovers(launched)
             self.peaks.add(launched.sample(with_pss=False))  # CPU of the reaped command too
             launched.close()
-        returncode = launched.poll()
-        final = self._final_state(returncode)
-        self._move(final, returncode=returncode)
-        self.watch.pump(final=True)
-        outcome = Outcome(
-            state=final,
-            returncode=returncode,
-            timed_out=self.timed_out,
-            duration_s=time.monotonic() - self.started_s,
-            started_at=started_at,
-            kill=self.kill,
-            kill_reason=self.kill_reason,
-            leftovers=self.leftovers,
-            checks=self.check_no,
-            peak_rss=self.peaks.rss,
-            peak_pss=self.peaks.pss,
-            peak_processes=self.peaks.processes,
-            cpu_s=self.peaks.last.cpu_s,
-            memory_baseline=self.memory.baseline_bytes,
-            alerts=tuple(self.alerts),
-            answers=tuple(self.answers),
-            stop_reason=self._stop_text(interrupted),
-            interrupted=interrupted is not None,
-        )
-        result = finish_run(
-            self.spec, self.kind, self.detection, self.record, self.watch, self.progress, outcome
-        )
-        self._write_status(launched, finished=True)
-        return result
+        return interrupted
 
     def _loop(self, launched: Launched) -> None:
         next_check = self.started_s + self.spec.interval_s
@@ -260,7 +272,7 @@ class Experiment:
         input_fd = self.ui.input_fd()
         if input_fd is not None and input_fd in ready:
             for line in self.ui.read_lines():
-                self._answer(launched, line)
+                self._act(launched, self.dialogue.hear(line, self._situation(launched)))
 
     def _show_tail(self) -> None:
         for stream, shown in self.watch.pump().items():
@@ -315,149 +327,53 @@ class Experiment:
             data=alert.data,
             advisory=True,
         )
-        self.pending = alert
-        self.ui.alert(alert, options_for(alert.kind), repeated)
+        self.dialogue.offer(alert, repeated=repeated)
 
     def _write_status(self, launched: Launched, *, finished: bool = False) -> None:
-        s = self.peaks.last
-        status: dict[str, object] = {
-            "state": self.state.value,
-            "finished": finished,
-            "pid": launched.pid,
-            "type": self.kind.value,
-            "check_no": self.check_no,
-            "elapsed_s": round(self._elapsed(), 3),
-            "timeout_s": self.spec.timeout_s,
-            "remaining_s": round(max(0.0, self.deadline_s - time.monotonic()), 3),
-            "processes": s.processes,
-            "cpu_s": round(s.cpu_s, 3),
-            "rss_bytes": s.rss_bytes,
-            "pss_bytes": s.pss_bytes,
-            "memory_baseline_bytes": self.memory.baseline_bytes,
-            "output_bytes": self.watch.output_bytes(),
-            "pending_alert": self.pending.kind.value if self.pending else None,
-            "alerts": len(self.alerts),
-        }
-        if self.spec.expect and self.kind is ExperimentType.ANALYSIS:
-            status["outputs_present"] = count_present(self.spec.cwd, self.spec.expect)
-            status["outputs_expected"] = len(self.spec.expect)
-        if self.progress.done is not None:
-            status["progress"] = {
-                "done": self.progress.done,
-                "total": self.progress.total,
-                "rate_per_s": self.progress.rate,
-                "eta_s": self.progress.eta_s,
-            }
-        metric = self.watch.watched_metric(self.spec.metric) if self.watch.parse_metrics else None
-        if metric:
-            status["metric"] = {"name": metric, "last": self.watch.series.last().get(metric)}
-        self.record.write_status(status)
+        now_s = time.monotonic()
+        self.record.write_status(status(self, pid=launched.pid, now_s=now_s, finished=finished))
 
     # -- answers ----------------------------------------------------------------------------
 
-    def _answer(self, launched: Launched, line: str) -> None:
-        if self.awaiting_adjust:
-            self.awaiting_adjust = False
-            self._adjust(line)
-            return
-        if self.pending is None:
-            if line:
-                self.ui.say("No alert is waiting for an answer; the command is being monitored.")
-            return
-        alert = self.pending
-        action = choose(alert.kind, line)
-        if action is None:
-            if line:
-                self.ui.say(f"Answer A, B, C or D (got {line!r}).")
-            return
-        note = ""
-        self.policy.answered(alert.kind)
-        self.pending = None
-        if action is Action.KILL:
-            self.stop_reason = "killed by the user"
-        elif action is Action.ADJUST:
-            self.awaiting_adjust = True
-            self.ui.say(ADJUST_HELP)
-        elif action is Action.EARLY_STOP:
-            launched.send_signal(signal.SIGINT)
-            self.early_stop_sent = True
-            note = "sent SIGINT to the command"
-            self.ui.say("Sent SIGINT: the command may save and exit. Answer B to an alert to kill.")
-        elif action is Action.SHOW_DIAGNOSIS:
-            self.ui.say(self._diagnosis(launched))
-        elif action is Action.EXTEND_TIMEOUT:
-            note = self._extend_timeout()
-        else:
-            self.ui.say("Continuing to monitor.")
-        self.answers.append(
-            AnswerRecord(
-                alert_kind=alert.kind.value,
-                answer=line,
-                action=action.value,
-                elapsed_s=round(self._elapsed(), 3),
-                note=note,
-            )
-        )
-        self.record.emit(
-            MonitorEvent.ANSWER, alert=alert.kind.value, answer=line, action=action.value, note=note
+    def _situation(self, launched: Launched) -> Situation:
+        return Situation(
+            spec=self.spec,
+            elapsed_s=self._elapsed(),
+            eta_s=self.progress.eta_s,
+            diagnosis=lambda: diagnosis(
+                self.watch.recent_lines(), launched.sample(with_pss=False).largest
+            ),
         )
 
-    def _adjust(self, line: str) -> None:
-        if not line.strip():
-            self.ui.say("Settings unchanged.")
-            return
-        try:
-            new, changed = adjusted_spec(self.spec, line)
-        except ValueError as exc:
-            self.ui.say(f"Settings unchanged: {exc}")
-            return
+    def _act(self, launched: Launched, reply: Reply) -> None:
+        """Carry out what an answer asked for; only the loop acts on the command."""
+        if isinstance(reply, Stop):
+            self.stop_reason = reply.reason
+        elif isinstance(reply, EarlyStop):
+            launched.send_signal(signal.SIGINT)
+            self.early_stop_sent = True
+        elif isinstance(reply, NewSpec):
+            self._use(reply.spec)
+
+    def _use(self, new: ExperimentSpec) -> None:
         self.spec = new
         self.stall.checks = new.stall_checks
         self.memory.factor = new.memory_factor
         self.plateau.patience, self.plateau.min_delta = new.patience, new.min_delta
         self.progress.slow_ratio = new.slow_ratio
-        self.deadline_s = self.started_s + new.timeout_s
-        self.record.emit(MonitorEvent.THRESHOLDS_ADJUSTED, changes=changed)
-        self.answers.append(
-            AnswerRecord(
-                alert_kind=None,
-                answer=line,
-                action="adjusted",
-                elapsed_s=round(self._elapsed(), 3),
-                note=str(changed),
-            )
-        )
-        self.ui.say(f"Settings changed: {changed}")
 
-    def _extend_timeout(self) -> str:
-        eta = self.progress.eta_s
-        if eta is None:
-            self.ui.say("No ETA yet; timeout unchanged.")
-            return "no ETA; timeout unchanged"
-        new_deadline = time.monotonic() + 1.2 * eta
-        if new_deadline <= self.deadline_s:
-            self.ui.say("The ETA fits in the current timeout; unchanged.")
-            return "ETA fits; timeout unchanged"
-        self.deadline_s = new_deadline
-        new_timeout = round(self.deadline_s - self.started_s, 3)
-        self.spec = self.spec.model_copy(update={"timeout_s": new_timeout})
-        self.record.emit(MonitorEvent.THRESHOLDS_ADJUSTED, changes={"timeout_s": new_timeout})
-        self.ui.say(f"Timeout extended to {new_timeout:.0f} s.")
-        return f"timeout extended to {new_timeout:.0f} s"
-
-    def _diagnosis(self, launched: Launched) -> str:
-        return diagnosis(self.watch.recent_lines(), launched.sample(with_pss=False).largest)
+    # -- kills ------------------------------------------------------------------------------
 
     def _kill_tree(self, launched: Launched, reason: str) -> None:
-        self.kill = launched.terminate_tree(self.spec.grace_s)
-        self.kill_reason = reason
+        report = launched.terminate_tree(self.spec.grace_s)
+        self.kill = KillSummary(reason=reason, **report.model_dump())
         self.record.emit(
             MonitorEvent.TREE_KILLED,
             reason=reason,
-            signalled=self.kill.signalled,
-            needed_sigkill=self.kill.needed_sigkill,
-            last_gone_s=round(self.kill.last_gone_s, 3),
-            survivors=list(self.kill.survivors),
+            signalled=report.signalled,
+            needed_sigkill=report.needed_sigkill,
+            last_gone_s=report.last_gone_s,
+            survivors=list(report.survivors),
         )
 
     def _cleanup_leftovers(self, launched: Launched) -> None:
@@ -469,7 +385,7 @@ class Experiment:
                 self.record.emit(
                     MonitorEvent.LEFTOVERS_KILLED,
                     count=report.signalled,
-                    last_gone_s=round(report.last_gone_s, 3),
+                    last_gone_s=report.last_gone_s,
                     survivors=list(report.survivors),
                 )
 
@@ -497,20 +413,3 @@ class Experiment:
 def _is_python(argv: tuple[str, ...]) -> bool:
     """A Python command, directly or as the last word of a `bash -c` line (buffering hint)."""
     return any("python" in Path(a).name for a in argv[:3]) or any("python" in a for a in argv[-1:])
-
-
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While monitoring, SIGTERM to the monitor stops the experiment cleanly (main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -1,10 +1,10 @@
 """Start a long-running command without blocking, sample its process tree, kill it whole.
 
-`proc.run` waits for its command; an experiment must be watched while it runs, so this module
-starts the command the same way (own session, stdin from /dev/null, output to files, the
-`proc.TOKEN_ENV` token in its environment, this process a child subreaper) and hands back a
-handle. The tree is every process seen under the command, plus any process carrying the
-token (a `setsid` escapee re-parented to us). Handles are cached so a check costs little.
+The command is started by `proc.spawn` (own session, stdin from /dev/null, output to files,
+the `proc.TOKEN_ENV` token in its environment), with this process a child subreaper; a
+`Launched` adds what the monitor needs on top of that `proc.Process`: the tree, sampled.
+The tree is every process seen under the command, plus any process carrying the token (a
+`setsid` escapee re-parented to us). Handles are cached so a check costs little.
 
 Tree CPU time counts each CPU-second once: live processes' own and reaped-children times,
 plus what this process has reaped (the command itself and orphans it adopted).
@@ -16,16 +16,16 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from pydantic import BaseModel, ConfigDict
 
+from code_runner import proc
 from code_runner.errors import UsageError
-from code_runner.proc import TOKEN_ENV, become_subreaper
 
 _POLL_S = 0.02
 
@@ -41,9 +41,10 @@ class TreeSample:
     largest: tuple[tuple[int, str, int], ...]
 
 
-@dataclass(frozen=True)
-class KillReport:
+class KillReport(BaseModel):
     """How a tree kill went; `survivors` must be empty, `last_gone_s` is from the first signal."""
+
+    model_config = ConfigDict(frozen=True)
 
     signalled: int
     needed_sigkill: int
@@ -54,11 +55,11 @@ class KillReport:
 class Launched:
     """A running command. Not thread-safe; one monitor loop owns it."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], token: str, started_s: float) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.token = token
-        self.started_s = started_s
+    def __init__(self, process: proc.Process) -> None:
+        self.process = process
+        self.pid = process.pid
+        self.token = process.token
+        self.started_s = process.started
         self._me = psutil.Process()
         self._known: dict[int, psutil.Process] = {}
         self._parents: dict[int, int] = {}
@@ -66,13 +67,18 @@ class Launched:
         self._last_cpu_s = 0.0
         self.pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
-            self.pidfd = os.pidfd_open(popen.pid)
+            self.pidfd = os.pidfd_open(process.pid)
         with contextlib.suppress(psutil.Error):
-            self._known[popen.pid] = psutil.Process(popen.pid)
+            self._known[process.pid] = psutil.Process(process.pid)
 
     def poll(self) -> int | None:
-        """The raw return code once the command has exited (negative: killed by a signal)."""
-        return self.popen.poll()
+        """The exit code once the command has exited (128+N for signal N), else None."""
+        return self.process.poll()
+
+    @property
+    def returncode(self) -> int | None:
+        """The raw return code (negative: killed by that signal), None while it runs."""
+        return self.process.returncode
 
     def _refresh(self) -> tuple[dict[int, ProcStat], list[int]]:
         """One pass over /proc: every process's stat line, and which pids are ours.
@@ -104,11 +110,11 @@ class Launched:
     def _adopt(self, pid: int) -> bool:
         """A new pid under us is ours if it descends from the command or carries our token."""
         try:
-            proc = psutil.Process(pid)
+            member = psutil.Process(pid)
         except psutil.Error:
             return False
-        if self._descends(pid) or self._has_token(proc):
-            self._known[pid] = proc
+        if self._descends(pid) or self._has_token(member):
+            self._known[pid] = member
             return True
         return False
 
@@ -121,9 +127,9 @@ class Launched:
             pid = self._parents.get(pid, 0)
         return False
 
-    def _has_token(self, proc: psutil.Process) -> bool:
+    def _has_token(self, member: psutil.Process) -> bool:
         try:
-            return proc.environ().get(TOKEN_ENV) == self.token
+            return member.environ().get(proc.TOKEN_ENV) == self.token
         except (psutil.Error, OSError):
             return False
 
@@ -163,51 +169,54 @@ class Launched:
 
     def _alive(self) -> list[psutil.Process]:
         alive: list[psutil.Process] = []
-        self.popen.poll()
+        self.process.poll()
         self._reap_adopted()
         self.members()
-        for proc in list(self._known.values()):
+        for member in list(self._known.values()):
             try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
+                if member.is_running() and member.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(member)
             except psutil.Error:
                 continue
         return alive
 
     def send_signal(self, sig: int) -> None:
         """Signal the command itself (a user's graceful stop sends SIGINT this way)."""
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.send_signal(sig)
+        self.process.send_signal(sig)
 
     def terminate_tree(self, grace_s: float) -> KillReport:
         """SIGTERM the group and every member, wait `grace_s`, SIGKILL the rest, reap."""
         began = time.monotonic()
         targets = self._alive()
-        _signal_group(self.pid, signal.SIGTERM)
-        for proc in targets:
+        self.process.signal_group(signal.SIGTERM)
+        for member in targets:
             with contextlib.suppress(psutil.Error):
-                proc.terminate()
+                member.terminate()
         alive = self._wait_gone(began + grace_s, resignal=signal.SIGTERM)
         needed_kill = len(alive)
         if alive:
-            _signal_group(self.pid, signal.SIGKILL)
+            self.process.signal_group(signal.SIGKILL)
             alive = self._wait_gone(time.monotonic() + 5.0, resignal=signal.SIGKILL)
         gone_s = time.monotonic() - began
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=1.0)
+        self.process.wait_exit(1.0)
         self._reap_adopted()
-        return KillReport(len(targets), needed_kill, gone_s, tuple(p.pid for p in alive))
+        return KillReport(
+            signalled=len(targets),
+            needed_sigkill=needed_kill,
+            last_gone_s=round(gone_s, 3),
+            survivors=tuple(p.pid for p in alive),
+        )
 
     def _wait_gone(self, deadline: float, *, resignal: int) -> list[psutil.Process]:
         """Poll until the tree is empty or the deadline; newcomers get `resignal` too."""
         signalled: set[int] = set()
         while True:
             alive = self._alive()
-            for proc in alive:
-                if resignal == signal.SIGKILL or proc.pid not in signalled:
+            for member in alive:
+                if resignal == signal.SIGKILL or member.pid not in signalled:
                     with contextlib.suppress(psutil.Error):
-                        proc.send_signal(resignal)
-                    signalled.add(proc.pid)
+                        member.send_signal(resignal)
+                    signalled.add(member.pid)
             if not alive or time.monotonic() >= deadline:
                 return alive
             time.sleep(_POLL_S)
@@ -224,45 +233,32 @@ def launch(
     *,
     cwd: Path,
     env: Mapping[str, str],
-    token: str,
     stdout_path: Path,
     stderr_path: Path,
 ) -> Launched:
     """Start `argv` exactly as given, in its own session, output to files, stdin /dev/null."""
-    become_subreaper()
-    child_env = dict(env)
-    child_env[TOKEN_ENV] = token
-    stdout_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with stdout_path.open("wb") as out_f, stderr_path.open("wb") as err_f:
-        try:
-            popen = subprocess.Popen(
-                tuple(argv),
-                cwd=cwd,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=out_f,
-                stderr=err_f,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except FileNotFoundError:
-            raise UsageError(
-                f"cannot start {argv[0]!r}: no such program (in {cwd})",
-                fix="check the program name and PATH; to run a shell command line, pass it to "
-                "bash -c '...' or give `command:` as one string in a spec file",
-            ) from None
-        except PermissionError:
-            raise UsageError(
-                f"cannot start {argv[0]!r}: permission denied",
-                fix=f"make it executable (chmod +x {argv[0]}) or run it through its interpreter",
-            ) from None
-        except OSError as exc:
-            raise UsageError(
-                f"cannot start {argv[0]!r}: {exc.strerror or exc}",
-                fix="check the command and the working directory",
-            ) from None
-    return Launched(popen, token, started)
+    proc.become_subreaper()
+    try:
+        process = proc.spawn(
+            argv, cwd=cwd, env=env, stdout_path=stdout_path, stderr_path=stderr_path, append=False
+        )
+    except FileNotFoundError:
+        raise UsageError(
+            f"cannot start {argv[0]!r}: no such program (in {cwd})",
+            fix="check the program name and PATH; to run a shell command line, pass it to "
+            "bash -c '...' or give `command:` as one string in a spec file",
+        ) from None
+    except PermissionError:
+        raise UsageError(
+            f"cannot start {argv[0]!r}: permission denied",
+            fix=f"make it executable (chmod +x {argv[0]}) or run it through its interpreter",
+        ) from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot start {argv[0]!r}: {exc.strerror or exc}",
+            fix="check the command and the working directory",
+        ) from None
+    return Launched(process)
 
 
 @dataclass(frozen=True)
@@ -326,13 +322,13 @@ def _scan_psutil() -> dict[int, ProcStat]:
     """The same, through psutil, where there is no /proc (slower, portable)."""
     result: dict[int, ProcStat] = {}
     attrs = ["ppid", "status", "cpu_times", "memory_info", "name"]
-    for proc in psutil.process_iter(attrs):
-        info = proc.info
+    for member in psutil.process_iter(attrs):
+        info = member.info
         times = info.get("cpu_times")
         mem = info.get("memory_info")
         cpu = sum(times[:4]) if times else 0.0
         zombie = info.get("status") == psutil.STATUS_ZOMBIE
-        result[proc.pid] = ProcStat(
+        result[member.pid] = ProcStat(
             ppid=info.get("ppid") or 0,
             state="Z" if zombie else "R",
             cpu_s=float(cpu),
@@ -358,11 +354,6 @@ def _pss_bytes(pid: int) -> int:
 def _reaped_cpu_s() -> float:
     times = os.times()
     return times.children_user + times.children_system
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
 
 
 def check_launchable(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:

@@ -14,9 +14,23 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from code_runner.errors import RecordError
 from code_runner.monitor.collect import ExpectedOutput
+from code_runner.monitor.criteria import CriterionOutcome
+from code_runner.monitor.launch import KillReport
 from code_runner.monitor.state import ExperimentState
 
 SCHEMA_VERSION = 1
+
+__all__ = [
+    "AlertRecord",
+    "AnswerRecord",
+    "CriterionOutcome",
+    "ExperimentResult",
+    "KillReport",
+    "KillSummary",
+    "MetricSummary",
+    "ProgressSummary",
+    "load_result",
+]
 
 
 class _Frozen(BaseModel):
@@ -40,12 +54,6 @@ class AnswerRecord(_Frozen):
     note: str = ""
 
 
-class CriterionOutcome(_Frozen):
-    text: str
-    passed: bool
-    observed: str
-
-
 class MetricSummary(_Frozen):
     name: str
     points: int
@@ -64,12 +72,10 @@ class ProgressSummary(_Frozen):
     eta_s: float | None
 
 
-class KillSummary(_Frozen):
+class KillSummary(KillReport):
+    """A tree kill as the record keeps it: the report, and why the tree was killed."""
+
     reason: str
-    signalled: int
-    needed_sigkill: int
-    last_gone_s: float
-    survivors: tuple[int, ...]
 
 
 class ExperimentResult(_Frozen):

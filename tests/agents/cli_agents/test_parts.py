@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from code_runner.agents.cli_agents.agent import Invocation, redact
+from code_runner.agents.cli_agents.agent import Invocation, LaunchRequest
 from code_runner.agents.cli_agents.blockers import BlockerKind, classify
 from code_runner.agents.cli_agents.claude import ClaudeFlavor
 from code_runner.agents.cli_agents.codex import CodexFlavor
@@ -20,6 +20,7 @@ from code_runner.agents.cli_agents.translate import (
     CodexTranslator,
     PlainTranslator,
 )
+from code_runner.agents.redact import redact
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, ListSink
 from code_runner.task import contract, validate_spec_data
@@ -346,8 +347,7 @@ def test_a_plain_program_is_done_on_exit_0_or_its_final_event() -> None:
 def _invocation(flavor: Any, settings: Any, tmp_path: Path, prompt: str = "-do it") -> Invocation:
     home = tmp_path / "home"
     env = {"PATH": "/usr/bin", "HOME": str(home), "TMPDIR": str(tmp_path / "tmp")}
-    invocation: Invocation = flavor.invocation(
-        settings,
+    request = LaunchRequest(
         program="/bin/cli",
         prompt=prompt,
         prompt_file=tmp_path / "p.md",
@@ -356,6 +356,7 @@ def _invocation(flavor: Any, settings: Any, tmp_path: Path, prompt: str = "-do i
         env=env,
         home=home,
     )
+    invocation: Invocation = flavor.invocation(settings, request)
     return invocation
 
 

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from code_runner import proc
-from code_runner.agents.cli_agents.supervisor import Ending, Launch, Limits, supervise
+from code_runner.agents.cli_agents.supervisor import (
+    Ending,
+    SupervisedCommand,
+    SupervisionLimits,
+    supervise,
+)
 from code_runner.agents.cli_agents.translate import ClaudeTranslator, PlainTranslator
 from code_runner.events import EventKind, ListSink
 from tests.helpers.agent_clis import leftovers
@@ -25,10 +30,10 @@ def _subreaper() -> None:
     proc.become_subreaper()  # as the runner is: orphaned daemons stay findable
 
 
-def _launch(tmp_path: Path, program: str, *args: str) -> Launch:
+def _launch(tmp_path: Path, program: str, *args: str) -> SupervisedCommand:
     script = tmp_path / "child.py"
     script.write_text(program)
-    return Launch(
+    return SupervisedCommand(
         argv=(PY, str(script), *args),
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
@@ -47,7 +52,9 @@ DAEMON = (
 def test_idle_timeout_kills_the_child_and_its_escaped_daemon(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     launch = _launch(tmp_path, DAEMON + "print('hello', flush=True)\ntime.sleep(300)\n", marker)
-    done = supervise(launch, Limits(timeout_s=60, idle_timeout_s=1.0), PlainTranslator(ListSink()))
+    done = supervise(
+        launch, SupervisionLimits(timeout_s=60, idle_timeout_s=1.0), PlainTranslator(ListSink())
+    )
     assert done.ending is Ending.IDLE_TIMEOUT and done.silent_s >= 1.0
     assert done.duration_s < 10 and done.killed >= 1
     assert leftovers(marker) == []
@@ -57,7 +64,7 @@ def test_output_keeps_an_idle_child_alive_until_the_wall_clock(tmp_path: Path) -
     program = "import time\nwhile True:\n    print('.', flush=True)\n    time.sleep(0.2)\n"
     done = supervise(
         _launch(tmp_path, program),
-        Limits(timeout_s=1.5, idle_timeout_s=1.0),
+        SupervisionLimits(timeout_s=1.5, idle_timeout_s=1.0),
         PlainTranslator(ListSink()),
     )
     assert done.ending is Ending.TIMEOUT and 1.5 <= done.duration_s < 8
@@ -70,7 +77,7 @@ def test_a_known_failure_text_on_stderr_ends_it_at_once(tmp_path: Path) -> None:
         "sys.stderr.flush()\ntime.sleep(300)\n"
     )
     translator = ClaudeTranslator(ListSink())  # JSON CLIs: stderr is an error channel
-    done = supervise(_launch(tmp_path, program), Limits(60, 60), translator)
+    done = supervise(_launch(tmp_path, program), SupervisionLimits(60, 60), translator)
     assert done.ending is Ending.BLOCKED and done.duration_s < 10
     assert done.blocker is not None and done.blocker.kind.value == "authentication_required"
 
@@ -84,7 +91,7 @@ def test_a_tool_output_mentioning_a_failure_text_does_not_block(tmp_path: Path) 
     program = f"print({line!r})\nprint({result!r})\n"
     sink = ListSink()
     translator = ClaudeTranslator(sink)
-    done = supervise(_launch(tmp_path, program), Limits(60, 60), translator)
+    done = supervise(_launch(tmp_path, program), SupervisionLimits(60, 60), translator)
     assert done.ending is Ending.EXITED and done.exit_code == 0
     assert translator.state.final_seen and translator.state.final_ok
     assert [k for k, _ in sink.events if k is EventKind.TOOL_RESULT]
@@ -102,7 +109,10 @@ def test_a_stop_request_ends_it(tmp_path: Path) -> None:
         return stop_file.exists()
 
     done = supervise(
-        launch, Limits(60, 60), PlainTranslator(ListSink()), stop_requested=stop_requested
+        launch,
+        SupervisionLimits(60, 60),
+        PlainTranslator(ListSink()),
+        stop_requested=stop_requested,
     )
     assert done.ending is Ending.STOPPED and done.duration_s < 10
     assert leftovers(marker) == []
@@ -116,32 +126,32 @@ def test_a_flood_of_output_hits_the_cap(tmp_path: Path) -> None:
     )
     done = supervise(
         _launch(tmp_path, program),
-        Limits(timeout_s=60, idle_timeout_s=60, max_output_bytes=2 * 1024 * 1024),
+        SupervisionLimits(timeout_s=60, idle_timeout_s=60, max_output_bytes=2 * 1024 * 1024),
         PlainTranslator(ListSink()),
     )
     assert done.ending is Ending.OUTPUT_LIMIT
 
 
 def test_a_program_that_cannot_start_is_reported_not_raised(tmp_path: Path) -> None:
-    launch = Launch(
+    launch = SupervisedCommand(
         argv=(str(tmp_path / "missing-cli"),),
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin"},
         stdout_path=tmp_path / "out.log",
         stderr_path=tmp_path / "err.log",
     )
-    done = supervise(launch, Limits(60, 60), PlainTranslator(ListSink()))
+    done = supervise(launch, SupervisionLimits(60, 60), PlainTranslator(ListSink()))
     assert done.ending is Ending.BLOCKED
     assert done.blocker is not None and done.blocker.kind.value == "not_installed"
 
 
 def test_exit_127_from_a_wrapper_is_not_installed(tmp_path: Path) -> None:
-    launch = Launch(
+    launch = SupervisedCommand(
         argv=("/bin/sh", "-c", "no-such-agent-cli --go"),
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin"},
         stdout_path=tmp_path / "out.log",
         stderr_path=tmp_path / "err.log",
     )
-    done = supervise(launch, Limits(60, 60), PlainTranslator(ListSink()))
+    done = supervise(launch, SupervisionLimits(60, 60), PlainTranslator(ListSink()))
     assert done.ending is Ending.BLOCKED and done.exit_code == 127

@@ -9,12 +9,11 @@ brings its own tools, and the runner audits what they did from real git state.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +23,7 @@ import code_runner.agents.cli_agents.tmux as tmux
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
 from code_runner.agents.cli_agents.translate import Translator
+from code_runner.agents.redact import redact
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
 from code_runner.record import RecordPaths
@@ -32,22 +32,19 @@ from code_runner.tools.base import ToolRunner
 
 PROMPT_PLACEHOLDER = "<prompt: see {path}>"
 _MAX_ROUND_S = 7 * 86_400.0
-_SECRET_TEXT = re.compile(
-    r"(?i)(bearer\s+)\S+|\b(sk-[A-Za-z0-9_-]{6,})|((?:api[_-]?key|token|secret|password)=)[^\s,}\"']+"
-)
 
 
-def redact(text: str, secrets: Sequence[str] = ()) -> str:
-    """`text` with known secret values and anything that looks like a credential masked."""
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "<redacted>")
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One round as a flavor sees it: the program and prompt, where, and with what."""
 
-    def mask(match: re.Match[str]) -> str:
-        prefix = match.group(1) or match.group(3) or ""
-        return f"{prefix}<redacted>"
-
-    return _SECRET_TEXT.sub(mask, text)
+    program: str  # absolute when found on the command environment's PATH
+    prompt: str
+    prompt_file: Path
+    workspace: Path
+    round_index: int
+    env: Mapping[str, str]
+    home: Path  # the CLI's own HOME: config dirs go under it
 
 
 @dataclass(frozen=True)
@@ -69,18 +66,7 @@ class Flavor(Protocol):
 
     kind: CliKind
 
-    def invocation(
-        self,
-        settings: CliSettings,
-        *,
-        program: str,
-        prompt: str,
-        prompt_file: Path,
-        workspace: Path,
-        round_index: int,
-        env: Mapping[str, str],
-        home: Path,
-    ) -> Invocation: ...
+    def invocation(self, settings: CliSettings, request: LaunchRequest) -> Invocation: ...
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator: ...
 
@@ -193,8 +179,7 @@ class CliAgent:
         env = _base_env(ctx, agent_dir)
         home = Path(env["HOME"])
         program = find_program(self.program, env.get("PATH")) or self.program
-        invocation = self.flavor.invocation(
-            self.settings,
+        request = LaunchRequest(
             program=program,
             prompt=prompt,
             prompt_file=prompt_file,
@@ -203,10 +188,11 @@ class CliAgent:
             env=env,
             home=home,
         )
+        invocation = self.flavor.invocation(self.settings, request)
         shown = invocation.shown(prompt, prompt_file)
         self._last_command = shown
         _reclaim_work_tree(ctx.workspace_dir)
-        launch = supervisor.Launch(
+        command = supervisor.SupervisedCommand(
             argv=invocation.argv,
             cwd=ctx.workspace_dir,
             env=invocation.env,
@@ -220,13 +206,13 @@ class CliAgent:
             argv=shown,
             cwd=str(ctx.workspace_dir),
             tmux=plan.info if plan else None,
-            stdout=str(launch.stdout_path),
-            stderr=str(launch.stderr_path),
+            stdout=str(command.stdout_path),
+            stderr=str(command.stderr_path),
             env_names=sorted(invocation.env),
         )
         translator = self.flavor.translator(self.settings, events)
         done = supervisor.supervise(
-            launch,
+            command,
             self._limits(ctx),
             translator,
             stop_requested=paths.stop_request.exists,
@@ -241,11 +227,11 @@ class CliAgent:
             events.emit(EventKind.AGENT_BLOCKED, backend=self.name, **done.blocker.to_dict())
         return outcome
 
-    def _limits(self, ctx: RoundContext) -> supervisor.Limits:
+    def _limits(self, ctx: RoundContext) -> supervisor.SupervisionLimits:
         timeout = self.settings.timeout_s or _MAX_ROUND_S
         if ctx.deadline is not None:
             timeout = min(timeout, max(1.0, ctx.deadline - time.monotonic()))
-        return supervisor.Limits(
+        return supervisor.SupervisionLimits(
             timeout_s=timeout,
             idle_timeout_s=self.settings.idle_timeout_s,
             grace_s=self.settings.grace_s,
@@ -361,9 +347,9 @@ __all__ = [
     "CliAgent",
     "Flavor",
     "Invocation",
+    "LaunchRequest",
     "find_program",
     "preflight_key",
     "preflight_program",
-    "redact",
     "supervise_in_tmux",
 ]

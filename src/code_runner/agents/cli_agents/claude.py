@@ -12,13 +12,13 @@ variable the backend names; stdin is /dev/null.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
+    LaunchRequest,
     vendor_agent,
 )
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
@@ -29,22 +29,11 @@ from code_runner.events import EventSink
 class ClaudeFlavor:
     kind = CliKind.CLAUDE
 
-    def invocation(
-        self,
-        settings: CliSettings,
-        *,
-        program: str,
-        prompt: str,
-        prompt_file: Path,
-        workspace: Path,
-        round_index: int,
-        env: Mapping[str, str],
-        home: Path,
-    ) -> Invocation:
-        config_dir = home / ".claude-config"
+    def invocation(self, settings: CliSettings, request: LaunchRequest) -> Invocation:
+        config_dir = request.home / ".claude-config"
         config_dir.mkdir(parents=True, exist_ok=True)
         cli_env = {
-            **env,
+            **request.env,
             "CLAUDE_CONFIG_DIR": str(config_dir),
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_TELEMETRY": "1",
@@ -60,7 +49,7 @@ class ClaudeFlavor:
             secret_names = ("ANTHROPIC_API_KEY",)
         tools = ",".join(settings.tools)
         argv = [
-            program,
+            request.program,
             "-p",
             "--output-format",
             "stream-json",
@@ -79,7 +68,7 @@ class ClaudeFlavor:
             "--max-turns",
             str(settings.max_turns),
             "--",
-            prompt,
+            request.prompt,
         ]
         return Invocation(tuple(argv), cli_env, secret_names)
 

@@ -19,6 +19,7 @@ from typing import Any
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
+    LaunchRequest,
     vendor_agent,
 )
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
@@ -41,19 +42,8 @@ def _toml_inline(table: Mapping[str, object]) -> str:
 class CodexFlavor:
     kind = CliKind.CODEX
 
-    def invocation(
-        self,
-        settings: CliSettings,
-        *,
-        program: str,
-        prompt: str,
-        prompt_file: Path,
-        workspace: Path,
-        round_index: int,
-        env: Mapping[str, str],
-        home: Path,
-    ) -> Invocation:
-        codex_home = home / ".codex-home"
+    def invocation(self, settings: CliSettings, request: LaunchRequest) -> Invocation:
+        codex_home = request.home / ".codex-home"
         codex_home.mkdir(parents=True, exist_ok=True)
         provider: dict[str, object] = {
             "name": "code-runner",
@@ -63,13 +53,13 @@ class CodexFlavor:
             "stream_max_retries": settings.retries,
         }
         secret_names: tuple[str, ...] = ()
-        cli_env = {**env, "CODEX_HOME": str(codex_home), "NO_COLOR": "1"}
+        cli_env = {**request.env, "CODEX_HOME": str(codex_home), "NO_COLOR": "1"}
         if settings.api_key_env:
             provider["env_key"] = settings.api_key_env
             cli_env[settings.api_key_env] = os.environ.get(settings.api_key_env, "")
             secret_names = (settings.api_key_env,)
         argv = [
-            program,
+            request.program,
             "exec",
             "--json",
             "--ephemeral",
@@ -79,7 +69,7 @@ class CodexFlavor:
             "--color",
             "never",
             "-C",
-            str(workspace),
+            str(request.workspace),
             *(["-m", settings.model] if settings.model else []),
             "-c",
             f"model_provider={PROVIDER}",
@@ -96,7 +86,7 @@ class CodexFlavor:
             "-c",
             "analytics.enabled=false",
             "--",
-            prompt,
+            request.prompt,
         ]
         return Invocation(tuple(argv), cli_env, secret_names)
 

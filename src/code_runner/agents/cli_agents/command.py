@@ -15,13 +15,13 @@ line is checked for known failure texts; the tail of its stdout is its final mes
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
+    LaunchRequest,
     named_settings,
     preflight_key,
     preflight_program,
@@ -34,23 +34,12 @@ from code_runner.events import EventSink
 class CommandFlavor:
     kind = CliKind.COMMAND
 
-    def invocation(
-        self,
-        settings: CliSettings,
-        *,
-        program: str,
-        prompt: str,
-        prompt_file: Path,
-        workspace: Path,
-        round_index: int,
-        env: Mapping[str, str],
-        home: Path,
-    ) -> Invocation:
+    def invocation(self, settings: CliSettings, request: LaunchRequest) -> Invocation:
         values = {
-            "{prompt_file}": str(prompt_file),
-            "{prompt}": prompt,
-            "{workspace}": str(workspace),
-            "{round}": str(round_index),
+            "{prompt_file}": str(request.prompt_file),
+            "{prompt}": request.prompt,
+            "{workspace}": str(request.workspace),
+            "{round}": str(request.round_index),
         }
 
         def fill(part: str) -> str:
@@ -62,16 +51,16 @@ class CommandFlavor:
             return part
 
         cli_env = {
-            **env,
-            "CODE_RUNNER_PROMPT_FILE": str(prompt_file),
-            "CODE_RUNNER_ROUND": str(round_index),
-            "CODE_RUNNER_WORKSPACE": str(workspace),
+            **request.env,
+            "CODE_RUNNER_PROMPT_FILE": str(request.prompt_file),
+            "CODE_RUNNER_ROUND": str(request.round_index),
+            "CODE_RUNNER_WORKSPACE": str(request.workspace),
         }
         secret_names: tuple[str, ...] = ()
         if settings.api_key_env:
             cli_env[settings.api_key_env] = os.environ.get(settings.api_key_env, "")
             secret_names = (settings.api_key_env,)
-        argv = (program, *(fill(part) for part in settings.command))
+        argv = (request.program, *(fill(part) for part in settings.command))
         return Invocation(argv, cli_env, secret_names)
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:

@@ -48,7 +48,7 @@ class Ending(StrEnum):
 
 
 @dataclass(frozen=True)
-class Launch:
+class SupervisedCommand:
     """What to run, where, with which environment, and where its output goes."""
 
     argv: tuple[str, ...]
@@ -59,7 +59,7 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class Limits:
+class SupervisionLimits:
     timeout_s: float
     idle_timeout_s: float
     grace_s: float = proc.DEFAULT_GRACE_S
@@ -110,20 +110,20 @@ class _Running(Protocol):
 class _Child:
     """A direct child (`proc.spawn`)."""
 
-    def __init__(self, launch: Launch) -> None:
-        self.spawned = proc.spawn(
-            launch.argv,
-            cwd=launch.cwd,
-            env=launch.env,
-            stdout_path=launch.stdout_path,
-            stderr_path=launch.stderr_path,
+    def __init__(self, command: SupervisedCommand) -> None:
+        self.process = proc.spawn(
+            command.argv,
+            cwd=command.cwd,
+            env=command.env,
+            stdout_path=command.stdout_path,
+            stderr_path=command.stderr_path,
         )
 
     def exit_code(self) -> int | None:
-        return self.spawned.poll()
+        return self.process.poll()
 
     def kill(self, grace_s: float) -> int:
-        return self.spawned.kill_tree(grace_s)
+        return self.process.kill_tree(grace_s)
 
 
 class _LineReader:
@@ -153,140 +153,261 @@ class _LineReader:
         return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
 
 
-def _on_disk(readers: tuple[_LineReader, ...]) -> int:
-    """Bytes written so far: the cap is checked against the files, not what was parsed."""
-    total = 0
-    for reader in readers:
-        with contextlib.suppress(OSError):
-            total += reader.path.stat().st_size
-    return total
+class OutputStreams:
+    """The CLI's two output files, read as they grow and fed line by line to the translator."""
+
+    def __init__(self, command: SupervisedCommand, translator: Translator) -> None:
+        self.readers = (_LineReader(command.stdout_path), _LineReader(command.stderr_path))
+        self.feeds = (translator.stdout_line, translator.stderr_line)
+        self.total = 0  # bytes read so far
+
+    def pump(self, *, final: bool = False) -> int:
+        """Read and feed what was appended since the last call; how many bytes that was."""
+        grown = 0
+        for reader, feed in zip(self.readers, self.feeds, strict=True):
+            before = reader.offset
+            for line in reader.read(final=final):
+                feed(line)
+            grown += reader.offset - before
+        self.total += grown
+        return grown
+
+    def on_disk(self) -> int:
+        """Bytes written so far: the cap is checked against the files, not what was parsed."""
+        total = 0
+        for reader in self.readers:
+            with contextlib.suppress(OSError):
+                total += reader.path.stat().st_size
+        return total
+
+    def drain(self, max_bytes: int) -> None:
+        """What is left after the end, chunk by chunk up to the cap, then the last partial line."""
+        while self.total <= max_bytes and self.pump():
+            pass
+        self.pump(final=True)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One poll of the run: what the ending checks look at."""
+
+    elapsed_s: float
+    silent_s: float  # since the output last grew
+    exit_code: int | None
+
+
+class EndingCheck(Protocol):
+    """One way a run ends: `None` while it does not apply, else the ending and why."""
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None: ...
+
+
+@dataclass(frozen=True)
+class BlockerSeen:
+    """A known failure text in the output ends the run at once, even as the CLI exits."""
+
+    translator: Translator
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None:
+        return (Ending.BLOCKED, "") if self.translator.state.blocker is not None else None
+
+
+class Exited:
+    """The CLI exited by itself."""
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None:
+        return (Ending.EXITED, "") if moment.exit_code is not None else None
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """`code-runner stop` asked the run to end."""
+
+    requested: Callable[[], bool]
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None:
+        if self.requested():
+            return Ending.STOPPED, "a stop was requested (code-runner stop)"
+        return None
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """The round's time is up."""
+
+    timeout_s: float
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None:
+        if moment.elapsed_s > self.timeout_s:
+            return Ending.TIMEOUT, f"the CLI ran longer than {self.timeout_s:g} s"
+        return None
+
+
+@dataclass(frozen=True)
+class IdleTimeout:
+    """No output growth for too long: both CLIs are known to hang without a word."""
+
+    idle_timeout_s: float
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None:
+        if moment.silent_s > self.idle_timeout_s:
+            return Ending.IDLE_TIMEOUT, f"the CLI wrote nothing for {self.idle_timeout_s:g} s"
+        return None
+
+
+@dataclass(frozen=True)
+class OutputCap:
+    """More output than the cap, read or still unread on disk."""
+
+    max_output_bytes: int
+    streams: OutputStreams
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None:
+        cap = self.max_output_bytes
+        if self.streams.total > cap or self.streams.on_disk() > cap:
+            return Ending.OUTPUT_LIMIT, f"the CLI wrote more than {cap} bytes"
+        return None
+
+
+def ending_checks(
+    limits: SupervisionLimits,
+    translator: Translator,
+    streams: OutputStreams,
+    stop_requested: Callable[[], bool],
+) -> tuple[EndingCheck, ...]:
+    """The endings, in the order they are decided when several hold at once."""
+    return (
+        BlockerSeen(translator),
+        Exited(),
+        StopRequested(stop_requested),
+        WallClock(limits.timeout_s),
+        IdleTimeout(limits.idle_timeout_s),
+        OutputCap(limits.max_output_bytes, streams),
+    )
 
 
 def supervise(
-    launch: Launch,
-    limits: Limits,
+    command: SupervisedCommand,
+    limits: SupervisionLimits,
     translator: Translator,
     *,
     stop_requested: Callable[[], bool] = lambda: False,
     tmux: TmuxPlan | None = None,
 ) -> Supervised:
-    """Run `launch` to one of the endings; the tree is always gone afterwards."""
+    """Run `command` to one of the endings; the tree is always gone afterwards."""
     started = time.monotonic()
-    for path in (launch.stdout_path, launch.stderr_path):
+    for path in (command.stdout_path, command.stderr_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    running: _Running
     try:
-        if tmux is None:
-            running = _Child(launch)
-        else:
-            running = TmuxPane.start(
-                launch.argv,
-                cwd=launch.cwd,
-                env=launch.env,
-                files=tmux.files,
-                socket=tmux.socket,
-                banner=tmux.banner,
-                info=tmux.info,
-            )
+        running = _start(command, tmux)
     except OSError as exc:
-        blocker = None
-        if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC):
-            blocker = not_installed(launch.argv[0], exc.strerror or str(exc))
-        return Supervised(
-            Ending.BLOCKED if blocker else Ending.START_FAILED,
-            None,
-            time.monotonic() - started,
-            0.0,
-            0,
-            0,
-            blocker=blocker,
-            detail=f"could not start {launch.argv[0]!r}: {exc.strerror or exc}",
-        )
-    readers = (_LineReader(launch.stdout_path), _LineReader(launch.stderr_path))
-    total = 0
+        return _not_started(command, exc, time.monotonic() - started)
+    streams = OutputStreams(command, translator)
+    checks = ending_checks(limits, translator, streams, stop_requested)
     last_growth = started
-
-    def pump(final: bool = False) -> int:
-        grown = 0
-        for reader, feed in zip(
-            readers, (translator.stdout_line, translator.stderr_line), strict=True
-        ):
-            before = reader.offset
-            for line in reader.read(final=final):
-                feed(line)
-            grown += reader.offset - before
-        return grown
-
-    ending = Ending.EXITED
-    code: int | None = None
-    detail = ""
     try:
         while True:
             code = running.exit_code()
             now = time.monotonic()
-            grown = pump()
-            if grown:
-                total += grown
+            if streams.pump():
                 last_growth = now
-            if translator.state.blocker is not None:
-                ending = Ending.BLOCKED
-                break
-            if code is not None:
-                break
-            if stop_requested():
-                ending, detail = Ending.STOPPED, "a stop was requested (code-runner stop)"
-                break
-            if now - started > limits.timeout_s:
-                ending = Ending.TIMEOUT
-                detail = f"the CLI ran longer than {limits.timeout_s:g} s"
-                break
-            if now - last_growth > limits.idle_timeout_s:
-                ending = Ending.IDLE_TIMEOUT
-                detail = f"the CLI wrote nothing for {limits.idle_timeout_s:g} s"
-                break
-            if total > limits.max_output_bytes or _on_disk(readers) > limits.max_output_bytes:
-                ending = Ending.OUTPUT_LIMIT
-                detail = f"the CLI wrote more than {limits.max_output_bytes} bytes"
+            found = _first_ending(checks, Moment(now - started, now - last_growth, code))
+            if found is not None:
+                ending, detail = found
                 break
             time.sleep(limits.poll_s)
     finally:
         killed = running.kill(limits.grace_s)
     ended = time.monotonic()
-    while total <= limits.max_output_bytes:  # drain what is left, chunk by chunk, up to the cap
-        grown = pump()
-        if not grown:
-            break
-        total += grown
-    total += pump(final=True)
+    streams.drain(limits.max_output_bytes)
     if code is None and ending is Ending.EXITED:
         code = running.exit_code()
     translator.finish(code)
-    blocker = translator.state.blocker
-    if blocker is not None and ending in (Ending.EXITED, Ending.BLOCKED):
-        ending = Ending.BLOCKED
-        detail = blocker.reason
-    elif code == 127 and ending is Ending.EXITED:
-        blocker = not_installed(launch.argv[0], "exit code 127 (command not found)")
-        ending, detail = Ending.BLOCKED, blocker.reason
+    blocker, ending, detail = _blocker(command, translator, ending, detail, code)
     return Supervised(
         ending=ending,
         exit_code=code,
         duration_s=ended - started,
         silent_s=ended - last_growth,
         killed=killed,
-        output_bytes=total,
+        output_bytes=streams.total,
         blocker=blocker if ending is Ending.BLOCKED else None,
         detail=detail,
     )
 
 
+def _first_ending(checks: tuple[EndingCheck, ...], moment: Moment) -> tuple[Ending, str] | None:
+    for check in checks:
+        found = check.check(moment)
+        if found is not None:
+            return found
+    return None
+
+
+def _start(command: SupervisedCommand, tmux: TmuxPlan | None) -> _Running:
+    if tmux is None:
+        return _Child(command)
+    return TmuxPane.start(
+        command.argv,
+        cwd=command.cwd,
+        env=command.env,
+        files=tmux.files,
+        socket=tmux.socket,
+        banner=tmux.banner,
+        info=tmux.info,
+    )
+
+
+def _not_started(command: SupervisedCommand, exc: OSError, duration_s: float) -> Supervised:
+    blocker = None
+    if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC):
+        blocker = not_installed(command.argv[0], exc.strerror or str(exc))
+    return Supervised(
+        Ending.BLOCKED if blocker else Ending.START_FAILED,
+        None,
+        duration_s,
+        0.0,
+        0,
+        0,
+        blocker=blocker,
+        detail=f"could not start {command.argv[0]!r}: {exc.strerror or exc}",
+    )
+
+
+def _blocker(
+    command: SupervisedCommand,
+    translator: Translator,
+    ending: Ending,
+    detail: str,
+    code: int | None,
+) -> tuple[Blocker | None, Ending, str]:
+    """A blocker seen in the output, or a missing program (exit 127), names the ending."""
+    blocker = translator.state.blocker
+    if blocker is not None and ending in (Ending.EXITED, Ending.BLOCKED):
+        return blocker, Ending.BLOCKED, blocker.reason
+    if code == 127 and ending is Ending.EXITED:
+        blocker = not_installed(command.argv[0], "exit code 127 (command not found)")
+        return blocker, Ending.BLOCKED, blocker.reason
+    return blocker, ending, detail
+
+
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "BlockerSeen",
     "Ending",
-    "Launch",
-    "Limits",
+    "EndingCheck",
+    "Exited",
+    "IdleTimeout",
+    "Moment",
+    "OutputCap",
+    "OutputStreams",
+    "StopRequested",
     "Supervised",
+    "SupervisedCommand",
+    "SupervisionLimits",
     "TmuxPlan",
+    "WallClock",
+    "ending_checks",
     "supervise",
 ]

@@ -27,6 +27,7 @@ from code_runner.agents.model.transcript import (
     ModelTurn,
     Transcript,
 )
+from code_runner.agents.redact import redact
 from code_runner.events import EventKind, EventSink
 from code_runner.record import RecordPaths
 from code_runner.tools.base import ToolErrorCode, ToolResult, ToolRunner
@@ -168,9 +169,8 @@ class ModelLoopAgent:
         return result.content
 
     def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        return text
+        # A tool result is text the model may edit and write back: only known secrets go.
+        return redact(text, self._secrets, mask=REDACTED, look_alikes=False)
 
     def _outcome(
         self,

@@ -1,0 +1,59 @@
+"""How code-runner starts, bounds and ends a subprocess, and how it meets signals.
+
+This package is the only place that starts a process. `run` waits for a command and returns
+a `ProcResult` (a timeout is exit code 124, as with timeout(1)); `spawn` hands back a
+`Process` for callers that watch a command while it runs (`poll`, `wait`, `kill_tree`);
+`capture` keeps a short command's output in memory; `hand_terminal` lends the terminal to an
+interactive child. `signals_as_interrupt` and `signals_deferred` are the one way a command
+turns SIGINT/SIGTERM into cleanup.
+"""
+
+from code_runner.proc.process import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_TAIL_BYTES,
+    TIMEOUT_EXIT_CODE,
+    Process,
+    ProcResult,
+    exit_code_of,
+    hand_terminal,
+    read_head_tail,
+    signal_of,
+    spawn,
+)
+from code_runner.proc.run import Captured, capture, run, shell_argv
+from code_runner.proc.signals import signals_as_interrupt, signals_deferred
+from code_runner.proc.tree import (
+    DEFAULT_GRACE_S,
+    RUN_ID_ENV,
+    TOKEN_ENV,
+    become_subreaper,
+    kill_run_processes,
+    kill_tokened,
+)
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_HEAD_BYTES",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_TAIL_BYTES",
+    "RUN_ID_ENV",
+    "TIMEOUT_EXIT_CODE",
+    "TOKEN_ENV",
+    "Captured",
+    "ProcResult",
+    "Process",
+    "become_subreaper",
+    "capture",
+    "exit_code_of",
+    "hand_terminal",
+    "kill_run_processes",
+    "kill_tokened",
+    "read_head_tail",
+    "run",
+    "shell_argv",
+    "signal_of",
+    "signals_as_interrupt",
+    "signals_deferred",
+    "spawn",
+]

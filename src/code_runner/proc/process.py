@@ -1,0 +1,326 @@
+"""One handle for a started process: `spawn` it, `poll` it, `wait` for a `ProcResult`, or
+`kill_tree` it.
+
+Every child gets its own session (so a timeout can signal the whole group), stdin from
+/dev/null, and a token in its environment (see `tree`). Output goes to files, never pipes (a
+grandchild holding a pipe would block us), with a size cap enforced while `wait` watches.
+
+Exit codes are as a shell reports them, whichever way a caller asks: 128+N for signal N and
+124 for a timeout, as with timeout(1) (`exit_code_of`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from code_runner.proc.signals import signals_deferred
+from code_runner.proc.tree import (
+    DEFAULT_GRACE_S,
+    TOKEN_ENV,
+    kill_descendants,
+    kill_tokened,
+    new_token,
+    signal_group,
+    tokened,
+)
+
+TIMEOUT_EXIT_CODE = 124
+DEFAULT_HEAD_BYTES = 8 * 1024
+DEFAULT_TAIL_BYTES = 24 * 1024
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+
+
+def exit_code_of(returncode: int, timed_out: bool = False) -> int:
+    """The exit code a shell would report: 124 on timeout, 128+N for signal N."""
+    if timed_out:
+        return TIMEOUT_EXIT_CODE
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_of(returncode: int | None) -> int | None:
+    """The signal that ended a process, from its raw return code (negative: a signal)."""
+    return -returncode if returncode is not None and returncode < 0 else None
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    """What happened to one process. Output text is head + tail of what it wrote."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    exit_code: int
+    duration_s: float
+    stdout: str
+    stderr: str
+    stdout_size: int
+    stderr_size: int
+    timed_out: bool = False
+    output_limited: bool = False
+    signal: int | None = None
+    killed_descendants: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        """A short human phrase for the outcome ("exit 0", "timed out after 5.0 s")."""
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.1f} s (exit {TIMEOUT_EXIT_CODE})"
+        if self.output_limited:
+            return f"killed: output exceeded the cap (exit {self.exit_code})"
+        if self.signal is not None:
+            return f"killed by signal {self.signal} (exit {self.exit_code})"
+        return f"exit {self.exit_code}"
+
+
+class Process:
+    """A child started by `spawn`: poll it, wait for its result, or end its whole tree.
+
+    Not thread-safe; one owner supervises it. `started` is on the monotonic clock.
+    """
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        token: str,
+        *,
+        argv: tuple[str, ...],
+        started: float,
+        cwd: str,
+        stdout_path: Path,
+        stderr_path: Path,
+    ) -> None:
+        self.popen = popen
+        self.token = token
+        self.started = started
+        self.argv = argv
+        self.cwd = cwd
+        self.stdout_path = stdout_path
+        self.stderr_path = stderr_path
+        self.timed_out = False
+        self.output_limited = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The raw return code (negative: killed by that signal), None while it runs."""
+        return self.popen.poll()
+
+    def poll(self) -> int | None:
+        """The exit code once the child has exited (see `exit_code_of`), else None."""
+        code = self.popen.poll()
+        return None if code is None else exit_code_of(code, self.timed_out)
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the child itself (a graceful stop sends SIGINT this way)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(sig)
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the child's process group (its session: everything that did not leave)."""
+        signal_group(self.pid, sig)
+
+    def wait_exit(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the child itself to exit; whether it has."""
+        try:
+            self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill_tree(self, grace_s: float = DEFAULT_GRACE_S) -> int:
+        """End the child and everything it started (SIGTERM, grace, SIGKILL); reap them.
+
+        Returns how many descendants outside the child's process group were killed.
+        Signals are deferred meanwhile, so an interrupt cannot leave half a tree behind.
+        """
+        with signals_deferred():
+            others = 0
+            if self.popen.poll() is None:
+                others = len(tokened(self.token, self.pid))
+                self._terminate(grace_s)
+            self.popen.wait()
+            return max(others, kill_descendants(self.token, self.pid, grace_s))
+
+    def wait(
+        self,
+        timeout_s: float | None = None,
+        *,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        head_bytes: int = DEFAULT_HEAD_BYTES,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        grace_s: float = DEFAULT_GRACE_S,
+    ) -> ProcResult:
+        """Wait for exit, the timeout (from the start) or the output cap; the tree is gone after.
+
+        An interrupt while waiting (KeyboardInterrupt, a signal turned into an error) kills
+        the tree before it propagates: no process is left behind.
+        """
+        deadline = float("inf") if timeout_s is None else self.started + timeout_s
+        try:
+            timed_out, limited = self._watch(deadline, max_output_bytes)
+        except BaseException:
+            self.kill_tree(grace_s)
+            raise
+        self.timed_out = self.timed_out or timed_out
+        self.output_limited = self.output_limited or limited
+        if timed_out or limited:
+            self._terminate(grace_s)
+        returncode = self.popen.wait()
+        killed = kill_descendants(self.token, self.pid, grace_s)
+        duration = time.monotonic() - self.started
+        stdout, stdout_size = read_head_tail(self.stdout_path, head_bytes, tail_bytes)
+        stderr, stderr_size = read_head_tail(self.stderr_path, head_bytes, tail_bytes)
+        return ProcResult(
+            argv=self.argv,
+            cwd=self.cwd,
+            exit_code=exit_code_of(returncode, self.timed_out),
+            duration_s=duration,
+            stdout=stdout,
+            stderr=stderr,
+            stdout_size=stdout_size,
+            stderr_size=stderr_size,
+            timed_out=self.timed_out,
+            output_limited=self.output_limited,
+            signal=signal_of(returncode),
+            killed_descendants=killed,
+        )
+
+    def _watch(self, deadline: float, max_output_bytes: int) -> tuple[bool, bool]:
+        """Wait for exit; return (timed_out, output_limited). Polls gently, backing off."""
+        interval = 0.005
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True, False
+            if self.wait_exit(min(interval, remaining)):
+                return False, False
+            total = 0
+            for path in (self.stdout_path, self.stderr_path):
+                with contextlib.suppress(OSError):
+                    total += path.stat().st_size
+            if total > max_output_bytes:
+                return False, True
+            interval = min(interval * 2, 0.2)
+
+    def _terminate(self, grace_s: float) -> None:
+        """SIGTERM the group and every tokened descendant, wait `grace_s`, then SIGKILL."""
+        self.signal_group(signal.SIGTERM)
+        for member in tokened(self.token, self.pid):
+            with contextlib.suppress(psutil.Error):
+                member.terminate()
+        self.wait_exit(grace_s)
+        self.signal_group(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.kill()
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    stdout_path: Path,
+    stderr_path: Path,
+    append: bool = True,
+) -> Process:
+    """Start `argv` in its own session, stdin from /dev/null, output to files.
+
+    Output is appended to the files (or replaces them, `append=False`). The child carries a
+    fresh token (`TOKEN_ENV`) so `kill_tree` finds descendants that left its process group.
+    Raises OSError when the program cannot be started.
+    """
+    token = new_token()
+    child_env = {**env, TOKEN_ENV: token}
+    stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    stderr_path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "ab" if append else "wb"
+    args = tuple(argv)
+    with stdout_path.open(mode) as out_f, stderr_path.open(mode) as err_f:
+        started = time.monotonic()
+        popen = subprocess.Popen(
+            args,
+            cwd=str(cwd),
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=out_f,
+            stderr=err_f,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return Process(
+        popen,
+        token,
+        argv=args,
+        started=started,
+        cwd=str(cwd),
+        stdout_path=stdout_path,
+        stderr_path=stderr_path,
+    )
+
+
+def hand_terminal(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str] | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+) -> int:
+    """Give this terminal to `argv` until it exits (a `tmux attach` client); its exit code.
+
+    The child inherits stdin, stdout and stderr and stays in our process group, so it is
+    the terminal's foreground and Ctrl-C reaches it. It carries a token like any child:
+    whatever it leaves behind is killed when it ends, or when we are interrupted.
+    """
+    token = new_token()
+    popen = subprocess.Popen(tuple(argv), cwd=cwd, env={**env, TOKEN_ENV: token}, close_fds=True)
+    try:
+        returncode = popen.wait()
+    except BaseException:
+        with signals_deferred():
+            with contextlib.suppress(ProcessLookupError):
+                popen.terminate()
+            try:
+                popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+        raise
+    finally:
+        kill_tokened(token, grace_s=grace_s)
+    return exit_code_of(returncode)
+
+
+def read_head_tail(path: Path, head_bytes: int, tail_bytes: int) -> tuple[str, int]:
+    """Return (text, total_size): the whole file if small, else head + marker + tail."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return "", 0
+    with path.open("rb") as f:
+        if size <= head_bytes + tail_bytes:
+            data = f.read()
+            return data.decode("utf-8", errors="replace"), size
+        head = f.read(head_bytes)
+        f.seek(size - tail_bytes)
+        tail = f.read()
+    omitted = size - head_bytes - tail_bytes
+    text = (
+        head.decode("utf-8", errors="replace")
+        + f"\n[... {omitted} bytes omitted ...]\n"
+        + tail.decode("utf-8", errors="replace")
+    )
+    return text, size

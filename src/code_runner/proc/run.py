@@ -1,0 +1,139 @@
+"""Run a command to its end: `run` (output to files, a `ProcResult`) and `capture` (short
+plumbing whose output is needed in memory, such as git).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from code_runner.proc.process import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_TAIL_BYTES,
+    TIMEOUT_EXIT_CODE,
+    ProcResult,
+    spawn,
+)
+from code_runner.proc.tree import DEFAULT_GRACE_S, signal_group
+
+
+@dataclass(frozen=True)
+class Captured:
+    """Result of a short command whose output we need in memory (git plumbing)."""
+
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def shell_argv(command: str) -> list[str]:
+    """How a command string is run: bash without rc files, so results do not depend on them."""
+    bash = shutil.which("bash") or "/bin/bash"
+    return [bash, "--noprofile", "--norc", "-c", command]
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    timeout_s: float,
+    stdout_path: Path | None = None,
+    stderr_path: Path | None = None,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    head_bytes: int = DEFAULT_HEAD_BYTES,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    grace_s: float = DEFAULT_GRACE_S,
+) -> ProcResult:
+    """Run `argv` to completion or timeout, killing its whole tree either way.
+
+    A program that cannot be started is exit code 127 with the reason in stderr, as in a
+    shell, not an exception.
+    """
+    scratch: str | None = None
+    if stdout_path is None or stderr_path is None:
+        scratch = tempfile.mkdtemp(prefix="code-runner-proc-")
+    out_path = stdout_path or Path(scratch or ".") / "stdout"
+    err_path = stderr_path or Path(scratch or ".") / "stderr"
+    started = time.monotonic()
+    try:
+        try:
+            process = spawn(
+                argv, cwd=cwd, env=env, stdout_path=out_path, stderr_path=err_path, append=False
+            )
+        except OSError as exc:
+            return _not_started(tuple(argv), str(cwd), err_path, exc, started)
+        return process.wait(
+            timeout_s,
+            max_output_bytes=max_output_bytes,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            grace_s=grace_s,
+        )
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _not_started(
+    argv: tuple[str, ...], cwd: str, err_path: Path, exc: OSError, started: float
+) -> ProcResult:
+    message = f"could not start {argv[0]!r}: {exc.strerror or exc}"
+    with err_path.open("ab") as err_f:
+        err_f.write(f"{message}\n".encode())
+    return ProcResult(
+        argv=argv,
+        cwd=cwd,
+        exit_code=127,
+        duration_s=time.monotonic() - started,
+        stdout="",
+        stderr=message,
+        stdout_size=0,
+        stderr_size=0,
+    )
+
+
+def capture(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    timeout_s: float,
+    input_bytes: bytes | None = None,
+) -> Captured:
+    """Run a short plumbing command and keep its output in memory (git and friends)."""
+    args = tuple(argv)
+    try:
+        popen = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        return Captured(args, 127, b"", f"could not start {args[0]!r}: {exc}".encode())
+    try:
+        out, err = popen.communicate(input=input_bytes, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        signal_group(popen.pid, signal.SIGKILL)
+        out, err = popen.communicate()
+        return Captured(args, TIMEOUT_EXIT_CODE, out, err, timed_out=True)
+    return Captured(args, popen.returncode, out, err)

@@ -1,0 +1,116 @@
+"""Process trees: the token that marks a tree, and ending a tree whole.
+
+Every child gets a fresh token in its environment (`TOKEN_ENV`), so descendants which
+`setsid` away from its process group can still be found and killed. The runner makes itself
+a child subreaper, so such orphans are re-parented to it and can be reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import uuid
+
+import psutil
+
+from code_runner.proc.signals import signals_deferred
+
+TOKEN_ENV = "CODE_RUNNER_PROC_TOKEN"  # noqa: S105 (a name, not a secret)
+RUN_ID_ENV = "CODE_RUNNER_RUN_ID"  # set in every agent command and DoD by the runner
+DEFAULT_GRACE_S = 2.0
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of orphaned descendants (Linux only). Idempotent."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Signal a process group; a group already gone is not an error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def tokened(token: str, root_pid: int) -> list[psutil.Process]:
+    """Live processes that carry `token`: descendants of ours, or orphans now ours."""
+    found: list[psutil.Process] = []
+    try:
+        candidates = psutil.Process(os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return found
+    for candidate in candidates:
+        if candidate.pid == root_pid:
+            continue
+        try:
+            if candidate.environ().get(TOKEN_ENV) == token:
+                found.append(candidate)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def kill_descendants(token: str, root_pid: int, grace_s: float) -> int:
+    """Kill anything a command left behind (daemons, setsid escapees); reap our orphans."""
+    signal_group(root_pid, signal.SIGKILL)
+    leftovers = tokened(token, root_pid)
+    if not leftovers:
+        return 0
+    for leftover in leftovers:
+        with contextlib.suppress(psutil.Error):
+            leftover.kill()
+    psutil.wait_procs(leftovers, timeout=grace_s)
+    _reap(leftovers)
+    return len(leftovers)
+
+
+def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
+    """End every descendant of ours that carries `token` (SIGTERM, grace, SIGKILL); reap.
+
+    For trees whose root is not our child (a tmux server: it daemonizes, and is found
+    here because the runner is a child subreaper). Returns how many were signalled.
+    """
+    with signals_deferred():
+        found = tokened(token, os.getpid())
+        for child in found:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
+        _, alive = psutil.wait_procs(found, timeout=grace_s)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(alive, timeout=grace_s)
+        _reap(found)
+        return len(found)
+
+
+def kill_run_processes(run_id: str, *, grace_s: float = DEFAULT_GRACE_S) -> tuple[int, ...]:
+    """Kill processes a dead run left running (they carry its id in their environment)."""
+    found: list[psutil.Process] = []
+    for candidate in psutil.process_iter():
+        try:
+            if candidate.environ().get(RUN_ID_ENV) == run_id:
+                found.append(candidate)
+        except (psutil.Error, OSError):
+            continue
+    for victim in found:
+        with contextlib.suppress(psutil.Error):
+            victim.kill()
+    psutil.wait_procs(found, timeout=grace_s)
+    return tuple(sorted(p.pid for p in found))
+
+
+def _reap(processes: list[psutil.Process]) -> None:
+    for gone in processes:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(gone.pid, os.WNOHANG)
