@@ -106,7 +106,7 @@ def apply_command(
     """
     out = render.console(stderr=as_json)
     run = finished.load(run_dir)
-    identity = apply.Identity.parse(author) if author else None
+    identity = apply.GitIdentity.parse(author) if author else None
     if not check:
         sink = finished.RecordEvents(run.paths, run.run_id)
         repaired = decide.repair_first(run, sink)

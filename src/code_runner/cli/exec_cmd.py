@@ -22,13 +22,13 @@ from code_runner.errors import Interrupted, RunTimeout, UsageError
 from code_runner.monitor.detect import Detection, detect_type
 from code_runner.monitor.experiment import Experiment
 from code_runner.monitor.launch import check_launchable
-from code_runner.monitor.record import RunRecord, check_run_dir, default_run_dir
+from code_runner.monitor.record import ExperimentRecord, check_run_dir, default_run_dir
 from code_runner.monitor.result import ExperimentResult
 from code_runner.monitor.spec import (
     ExperimentSpec,
     ExperimentType,
     build_spec,
-    load_spec_file,
+    load_experiment_spec,
 )
 from code_runner.monitor.state import ExperimentState
 from code_runner.monitor.ui import PlainUI, choose_ui
@@ -138,7 +138,7 @@ def exec_command(
             click.get_current_context().exit(1)
     else:
         ui.show_plan(spec, detection, run_dir)
-    record = RunRecord(run_dir)
+    record = ExperimentRecord(run_dir)
     result = Experiment(spec, detection, record, ui).run()
     ui.finished(result, run_dir)
     _exit_for(result, spec, run_dir, source)
@@ -150,7 +150,7 @@ def _spec_from(
     file_options: dict[str, Any] = {}
     source = "command line"
     if spec_path:
-        file_options = load_spec_file(Path(spec_path))
+        file_options = load_experiment_spec(Path(spec_path))
         source = spec_path
     cli = {key.rstrip("_"): value for key, value in options.items()}
     cli["command"] = command

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError
 from code_runner.monitor.adjust import ADJUST_HELP, adjusted_spec, diagnosis
 from code_runner.monitor.alerts import (
@@ -45,7 +46,7 @@ from code_runner.monitor.collect import count_present
 from code_runner.monitor.detect import Detection
 from code_runner.monitor.finish import Outcome, finish_run
 from code_runner.monitor.launch import KillReport, Launched, TreeSample, launch
-from code_runner.monitor.record import MonitorEvent, RunRecord, utc_now
+from code_runner.monitor.record import ExperimentRecord, MonitorEvent
 from code_runner.monitor.result import AlertRecord, AnswerRecord, ExperimentResult
 from code_runner.monitor.spec import ExperimentSpec, ExperimentType
 from code_runner.monitor.state import ExperimentState, can_move
@@ -83,7 +84,7 @@ class Experiment:
         self,
         spec: ExperimentSpec,
         detection: Detection,
-        record: RunRecord,
+        record: ExperimentRecord,
         ui: MonitorUI,
         env: Mapping[str, str] | None = None,
     ) -> None:

@@ -196,7 +196,7 @@ class ExperimentSpec(BaseModel):
         return tuple(parse_criterion(t) for t in texts)
 
 
-def load_spec_file(path: Path) -> dict[str, Any]:
+def load_experiment_spec(path: Path) -> dict[str, Any]:
     """Read a YAML/JSON spec file into plain options; relative `cwd`/`run_dir` follow the file."""
     try:
         text = path.read_text(encoding="utf-8")

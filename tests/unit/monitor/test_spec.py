@@ -13,7 +13,7 @@ from code_runner.monitor.spec import (
     MIN_INTERVAL_ENV,
     ExperimentType,
     build_spec,
-    load_spec_file,
+    load_experiment_spec,
     parse_duration,
 )
 
@@ -117,7 +117,7 @@ def test_spec_file_merge(tmp_path: Path) -> None:
         "stall-checks: 4\n"
         "type: training\n"
     )
-    options = load_spec_file(spec_file)
+    options = load_experiment_spec(spec_file)
     spec = build_spec(options, {"expect": ("metrics.csv",), "timeout": "10m"}, source="exp.yaml")
     assert spec.shell is True
     assert spec.argv[-2:] == ("-c", "python train.py --epochs 3 | tee log.txt")
@@ -139,10 +139,10 @@ def test_bad_spec_files(tmp_path: Path, content: str, needle: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(content)
     with pytest.raises(SpecError, match=needle):
-        load_spec_file(path)
+        load_experiment_spec(path)
 
 
 def test_missing_spec_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot read spec file") as info:
-        load_spec_file(tmp_path / "nope.yaml")
+        load_experiment_spec(tmp_path / "nope.yaml")
     assert "--spec" in (info.value.fix or "")
