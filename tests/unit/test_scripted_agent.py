@@ -280,7 +280,7 @@ def test_make_scripted_agent_relative_to_base_dir(tmp_path: Path) -> None:
 def test_unknown_backend_lists_the_choices(tmp_path: Path) -> None:
     with pytest.raises(PreflightError) as info:
         agents.make_agent("gpt-17:turbo", base_dir=tmp_path)
-    assert "unknown backend 'gpt-17:turbo'" in info.value.message
+    assert "unknown backend 'gpt-17'" in info.value.message
     assert "scripted" in (info.value.fix or "")
 
 
