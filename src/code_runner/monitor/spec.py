@@ -207,7 +207,7 @@ _PATH_OPTIONS = ("cwd", "run_dir")
 
 
 def load_experiment_spec(path: Path) -> dict[str, Any]:
-    """Read a YAML, JSON or TOML spec file into plain options; SpecError with every problem.
+    """Read a YAML, JSON or TOML spec file into plain options; SpecError if it cannot be used.
 
     Duplicate keys are refused (`stall-checks` and `stall_checks` are the same key), and a
     relative `cwd` or `run_dir` is read from the file's directory.
@@ -226,16 +226,12 @@ def load_experiment_spec(path: Path) -> dict[str, Any]:
     for key in _PATH_OPTIONS:
         if isinstance(options.get(key), str):
             try:
-                options[key] = str(anchored_path(options[key], _absolute(path).parent))
+                options[key] = str(anchored_path(options[key], path.parent))
             except ValueError as exc:
                 problems.append(f"{key}: {exc}")
     if problems:
         raise SpecError(str(path), [one_line(p) for p in problems])
     return options
-
-
-def _absolute(path: Path) -> Path:
-    return Path(os.path.abspath(path))
 
 
 def build_spec(
