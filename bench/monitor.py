@@ -32,7 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
-from code_runner.monitor import Experiment, PlainUI, RunRecord, build_spec, detect_type
+from code_runner.monitor import Experiment, ExperimentRecord, PlainUI, build_spec, detect_type
 from code_runner.monitor.checks import MemoryCheck, Observation, StallCheck
 from code_runner.monitor.launch import launch
 from code_runner.monitor.spec import MIN_INTERVAL_ENV
@@ -85,7 +85,7 @@ def per_check(root: Path, samples: int) -> dict[str, float]:
             (monitored / f"f{i}.txt").write_text("x")
         watch = OutputWatch(out, err, root, ("outputs",), parse_metrics=True)
         stall, memory = StallCheck(3), MemoryCheck(3.0, 0.0)
-        record = RunRecord(root / "record")
+        record = ExperimentRecord(root / "record")
         figures: dict[str, list[float]] = {
             k: [] for k in ("rss_cpu", "rss_wall", "pss_cpu", "pss_wall", "check_cpu", "check_wall")
         }
@@ -115,7 +115,7 @@ def per_check(root: Path, samples: int) -> dict[str, float]:
 
 def _exec(root: Path, argv: list[str], **options: Any) -> Any:
     spec = build_spec({}, {"command": tuple(argv), "cwd": str(root), **options}, source="bench")
-    record = RunRecord(root / f"run-{uuid.uuid4().hex[:8]}")
+    record = ExperimentRecord(root / f"run-{uuid.uuid4().hex[:8]}")
     return Experiment(spec, detect_type(spec.argv, root), record, _quiet_ui()).run()
 
 

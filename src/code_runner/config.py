@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from code_runner.errors import SpecError
+from code_runner.problems import (
+    describe_all,
+    one_line,
+    read_mapping_file,
+    short,
+    single_model,
+    unknown,
+)
 
 REPO_CONFIG_NAME = "code-runner.toml"
 CONFIG_ENV = "CODE_RUNNER_CONFIG"  # an explicit file wins over both places
@@ -192,28 +199,35 @@ def config_path(source_dir: Path | None) -> Path | None:
     return next((path for path in candidates if path.is_file()), None)
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+_TABLES = ("budget", "backends")
+
+
 def load_config(source_dir: Path | None = None) -> Config:
     """Read and validate the config that applies to a run in `source_dir`."""
     path = config_path(source_dir)
     if path is None:
         return Config(backends=dict(BUILTIN_BACKENDS))
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(str(path), [f"the file does not exist (named by ${CONFIG_ENV})"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(str(path), [f"the file cannot be read: {exc}"]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(str(path), [f"TOML syntax error: {exc}"]) from None
+    data, problems = read_mapping_file(
+        path, what="a code-runner config", max_bytes=MAX_CONFIG_BYTES, fmt="toml", empty_ok=True
+    )
+    if data is None:
+        named = f"${CONFIG_ENV} names it; " if os.environ.get(CONFIG_ENV) else ""
+        raise SpecError(str(path), problems, fix=f"{named}correct the file or its path.")
     return parse_config(data, source=path)
 
 
 def parse_config(data: Mapping[str, Any], *, source: Path | None = None) -> Config:
     """Validate parsed TOML; SpecError listing every problem at once."""
-    problems: list[str] = []
-    unknown = sorted(set(data) - {"backends", "budget"})
-    problems += [
-        f"`{key}`: unknown table; the tables are [budget] and [backends.NAME]" for key in unknown
+    problems = [
+        unknown(
+            "table",
+            str(key),
+            _TABLES,
+            otherwise="remove it (the tables are [budget] and [backends.NAME])",
+        )
+        for key in data
+        if key not in _TABLES
     ]
     budget = BudgetConfig()
     raw_budget = data.get("budget", {})
@@ -221,66 +235,65 @@ def parse_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
         try:
             budget = BudgetConfig.model_validate(raw_budget)
         except ValidationError as exc:
-            problems += _problems("budget", exc)
+            problems += _problems(("budget",), BudgetConfig, exc)
     else:
-        problems.append("`budget`: must be a table ([budget])")
+        problems.append("budget: must be a table ([budget])")
     backends: dict[str, ProviderSettings] = dict(BUILTIN_BACKENDS)
     raw_backends = data.get("backends", {})
     if not isinstance(raw_backends, Mapping):
-        problems.append("`backends`: must be tables ([backends.NAME])")
+        problems.append("backends: must be tables ([backends.NAME])")
         raw_backends = {}
     for name, entry in raw_backends.items():
-        where = f"backends.{name}"
-        if not isinstance(entry, Mapping):
-            problems.append(f"`{where}`: must be a table ([{where}])")
-            continue
-        if not _valid_name(name):
-            problems.append(
-                f"`{where}`: a backend name is a letter then letters, digits, '.', '_' or '-'"
-            )
-            continue
-        kind = entry.get("kind", "openai")
-        model = BACKEND_KINDS.get(kind) if isinstance(kind, str) else None
-        if model is None:
-            problems.append(
-                f"`{where}.kind`: unknown kind {kind!r}; the kinds are: {', '.join(BACKEND_KINDS)}"
-            )
-            continue
-        try:
-            backends[name] = model.model_validate(dict(entry))
-        except ValidationError as exc:
-            problems += _problems(where, exc)
-        overrides = entry.get("budget", {})
-        if isinstance(overrides, Mapping):
-            try:
-                BudgetConfig.model_validate({**budget.model_dump(), **overrides})
-            except ValidationError as exc:
-                problems += _problems(f"{where}.budget", exc)
+        problems += _backend_problems(name, entry, budget, backends)
     if problems:
         raise SpecError(
             str(source) if source else "config",
-            problems,
+            [one_line(p) for p in problems],
             fix="correct the entries above (see `code-runner doctor` for the backends in use); "
             "nothing was run.",
         )
     return Config(backends=backends, budget=budget, source=source)
 
 
+def _backend_problems(
+    name: str, entry: object, budget: BudgetConfig, backends: dict[str, ProviderSettings]
+) -> list[str]:
+    """Validate `[backends.NAME]` into `backends`; the problems found."""
+    where = f"backends.{name}"
+    if not isinstance(entry, Mapping):
+        return [f"{where}: must be a table ([{where}])"]
+    if not _valid_name(name):
+        return [f"{where}: a backend name is a letter then letters, digits, '.', '_' or '-'"]
+    kind = entry.get("kind", "openai")
+    model = BACKEND_KINDS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        named = unknown(
+            "kind",
+            kind if isinstance(kind, str) else short(kind),
+            BACKEND_KINDS,
+            otherwise=f"the kinds are: {', '.join(BACKEND_KINDS)}",
+        )
+        return [f"{where}.kind: {named}"]
+    problems: list[str] = []
+    try:
+        backends[name] = model.model_validate(dict(entry))
+    except ValidationError as exc:
+        problems += _problems(("backends", name), model, exc)
+    overrides = entry.get("budget", {})
+    if isinstance(overrides, Mapping):
+        try:
+            BudgetConfig.model_validate({**budget.model_dump(), **overrides})
+        except ValidationError as exc:
+            problems += _problems(("backends", name, "budget"), BudgetConfig, exc)
+    return problems
+
+
 def _valid_name(name: object) -> bool:
     return isinstance(name, str) and re.match(_NAME_PATTERN, name) is not None
 
 
-def _problems(where: str, exc: ValidationError) -> list[str]:
-    out = []
-    for error in exc.errors(include_url=False):
-        loc = ".".join([where, *(str(part) for part in error["loc"])])
-        if error["type"] == "extra_forbidden":
-            out.append(f"`{loc}`: unknown field; remove it or check its spelling")
-        elif error["type"] == "missing":
-            out.append(f"`{loc}`: required")
-        else:
-            out.append(f"`{loc}`: {error['msg']} (got {error.get('input')!r:.60})")
-    return out
+def _problems(at: tuple[str, ...], model: type[BaseModel], exc: ValidationError) -> list[str]:
+    return describe_all(exc, model_at=single_model(model), at=at)
 
 
 def resolve(config: Config, name: str, arg: str | None) -> ProviderSettings | None:

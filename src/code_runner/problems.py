@@ -6,8 +6,11 @@ This module is the one place that turns such input into problems a person can ac
 
 - `read_mapping_file` reads a JSON, YAML or TOML file with a size cap, UTF-8 checked and
   duplicate keys refused (the last one would silently win), and never raises;
+- `anchored_path` reads a path written in such a file relative to the file's directory, so
+  the file means the same thing wherever it is run from;
 - `describe` turns one pydantic error into one line (the field, what is wrong, what to do),
-  with a "did you mean" for unknown fields and bounded quotes of the bad value;
+  with a "did you mean" for unknown fields and bounded quotes of the bad value; `unknown`
+  words any other unknown name (a table, a kind, a backend) the same way;
 - `short`, `clip` and `one_line` keep messages bounded and on one line.
 """
 
@@ -15,15 +18,16 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import reprlib
 import tomllib
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, BaseModel, Field, ValidationError
+from pydantic import AfterValidator, AliasChoices, BaseModel, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -116,13 +120,43 @@ ModelAt = Callable[[tuple[int | str, ...]], type[BaseModel]]
 """The model whose fields live at a location (the loc of a field, minus the field)."""
 
 
-def _unknown_field(loc: tuple[int | str, ...], model_at: ModelAt) -> str:
+def field_names(model: type[BaseModel]) -> list[str]:
+    """The names a user writes for `model`'s fields: the first alias where there is one."""
+    names = []
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+            name = alias.choices[0]
+        elif isinstance(alias, str):
+            name = alias
+        names.append(name)
+    return names
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str | None:
+    """The one choice close enough to `name` to be what was meant, if any."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown(what: str, name: str, choices: Iterable[str], *, otherwise: str) -> str:
+    """`unknown WHAT 'name'; did you mean 'x'?`, or `...; OTHERWISE` when nothing is close.
+
+    Every unknown name a user can write (a field, a table, a kind, a backend) is worded so.
+    """
+    close = did_you_mean(name, choices)
+    if close is not None:
+        return f"unknown {what} '{clip(name)}'; did you mean '{close}'?"
+    return f"unknown {what} '{clip(name)}'; {otherwise}"
+
+
+def _unknown_field(loc: tuple[int | str, ...], at: tuple[int | str, ...], model_at: ModelAt) -> str:
     parent, name = loc[:-1], str(loc[-1])
-    valid = list(model_at(parent).model_fields)
-    prefix = dotted(parent) + "." if parent else ""
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    valid = field_names(model_at(parent))
+    prefix = dotted((*at, *parent)) + "." if (at or parent) else ""
+    close = did_you_mean(name, valid)
     if close:
-        return f"unknown field '{prefix}{clip(name)}'; did you mean '{prefix}{close[0]}'?"
+        return f"unknown field '{prefix}{clip(name)}'; did you mean '{prefix}{close}'?"
     return f"unknown field '{prefix}{clip(name)}'; remove it (valid fields: {', '.join(valid)})"
 
 
@@ -131,8 +165,9 @@ def one_line(text: str) -> str:
     return CONTROL_RE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
-def clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def clip(text: str, limit: int = 60, *, marker: str = "...") -> str:
+    """`text` if it has at most `limit` characters, else its start and `marker` in `limit`."""
+    return text if len(text) <= limit else text[: max(limit - len(marker), 0)] + marker
 
 
 def _description(loc: tuple[int | str, ...], model_at: ModelAt) -> str:
@@ -148,20 +183,25 @@ def _enum_choices(error: ErrorDetails) -> str:
 
 
 def describe(  # noqa: C901 - one sentence per pydantic error type
-    error: ErrorDetails, *, model_at: ModelAt, fixes: Mapping[str, str] | None = None
+    error: ErrorDetails,
+    *,
+    model_at: ModelAt,
+    fixes: Mapping[str, str] | None = None,
+    at: tuple[int | str, ...] = (),
 ) -> str:
     """One pydantic error as one line: the field, what is wrong, what to do.
 
     `model_at` names the model at a location (for "did you mean" and field descriptions);
-    `fixes` maps a dotted field name to what to do when its value is wrong.
+    `fixes` maps a dotted field name to what to do when its value is wrong; `at` is where the
+    validated value sits in its file (`backends.local`), shown before every field name.
     """
     loc = tuple(error["loc"])
     kind = error["type"]
     value = error.get("input")
-    field = dotted(loc)
+    field = dotted((*at, *loc))
     fix = (fixes or {}).get(_field_key(loc))
     if kind == "extra_forbidden" and loc:
-        return _unknown_field(loc, model_at)
+        return _unknown_field(loc, at, model_at)
     if kind == "string_unicode":
         return f"{field}: contains a character that cannot be written as UTF-8; remove it"
     if kind == "invalid_key":
@@ -189,16 +229,20 @@ def describe(  # noqa: C901 - one sentence per pydantic error type
     elif kind == "string_too_short" and value == "":
         message = "is empty"
     message = message[:1].lower() + message[1:]
-    line = f"{field}: {message} (got {show(value)})"
+    line = f"{field}: {message} (got {show(value)})" if field else f"{message} (got {show(value)})"
     return f"{line}; {fix}" if fix else line
 
 
 def describe_all(
-    exc: ValidationError, *, model_at: ModelAt, fixes: Mapping[str, str] | None = None
+    exc: ValidationError,
+    *,
+    model_at: ModelAt,
+    fixes: Mapping[str, str] | None = None,
+    at: tuple[int | str, ...] = (),
 ) -> list[str]:
     """Every error of a validation as one line each, duplicates dropped, order kept."""
     lines = [
-        one_line(describe(error, model_at=model_at, fixes=fixes))
+        one_line(describe(error, model_at=model_at, fixes=fixes, at=at))
         for error in exc.errors(include_url=False)
     ]
     return list(dict.fromkeys(lines))
@@ -210,12 +254,20 @@ def single_model(model: type[BaseModel]) -> ModelAt:
 
 
 def read_mapping_file(
-    path: Path, *, what: str, max_bytes: int, too_big_hint: str = "", empty_hint: str = ""
+    path: Path,
+    *,
+    what: str,
+    max_bytes: int,
+    too_big_hint: str = "",
+    empty_hint: str = "",
+    empty_ok: bool = False,
+    fmt: str | None = None,
 ) -> tuple[dict[Any, object] | None, list[str]]:
-    """(mapping, non-fatal problems) or (None, fatal problems). Never raises.
+    """(mapping, problems to report) or (None, fatal problems). Never raises.
 
-    The format follows the suffix (.json, .yaml/.yml, .toml); any other suffix is tried as
-    JSON, then YAML. Duplicate keys are problems, not a silent last-one-wins.
+    The format is `fmt` ("json", "yaml" or "toml") or follows the suffix (.json, .yaml/.yml,
+    .toml); any other suffix is tried as JSON, then YAML. Duplicate keys are problems, not a
+    silent last-one-wins. An empty file is a problem unless `empty_ok` (then it is `{}`).
     """
     try:
         size = path.stat().st_size
@@ -236,13 +288,15 @@ def read_mapping_file(
         return None, [
             f"the file is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
         ]
-    fmt = _SUFFIXES.get(path.suffix.lower())
+    fmt = fmt or _SUFFIXES.get(path.suffix.lower())
     duplicates: list[tuple[Any, str]] = []
     try:
         data = _parse(text, fmt, duplicates)
     except _SyntaxProblem as exc:
         return None, [str(exc)]
     if data is None:
+        if empty_ok:
+            return {}, []
         return None, [f"the file is empty; {empty_hint or f'write {what}'}"]
     if not isinstance(data, dict):
         return None, [f"the top level must be a mapping of field names to values, got {show(data)}"]
@@ -251,6 +305,21 @@ def read_mapping_file(
         for key, where in dict.fromkeys(duplicates)
     ]
     return data, problems
+
+
+def anchored_path(text: str, base_dir: Path | None, *, what: str = "a path") -> Path:
+    """A path written in an input file: `~` expanded, relative to `base_dir` (the file's
+    directory; the cwd when None), absolute and normalised without resolving symlinks (the
+    user's spelling is kept). ValueError saying what to fix for an unusable one."""
+    if text.strip() == "":
+        raise ValueError(f"is empty; give {what}")
+    if "\0" in text:
+        raise ValueError("contains a NUL byte; remove it")
+    encodable(text)
+    anchor = base_dir if base_dir is not None else Path.cwd()
+    # os.path.expanduser, not Path.expanduser: the latter raises for an unknown `~user`.
+    expanded = os.path.expanduser(text)
+    return Path(os.path.normpath(Path.cwd() / anchor / expanded))
 
 
 class _SyntaxProblem(Exception):

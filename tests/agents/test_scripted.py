@@ -12,8 +12,8 @@ import pytest
 
 from code_runner import agents
 from code_runner.agents.base import AgentStop, RoundContext
-from code_runner.agents.scripted import Script, ScriptedAgent, load_script
-from code_runner.errors import PreflightError, UsageError
+from code_runner.agents.scripted import MAX_SCRIPT_BYTES, Script, ScriptedAgent, load_script
+from code_runner.errors import PreflightError, SpecError, UsageError
 from code_runner.events import EventKind, ListSink
 from code_runner.task.paths import Allowlist
 from code_runner.tools import Toolbox
@@ -94,7 +94,7 @@ def test_the_demo_script_is_valid() -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(SpecError) as info:
         load_script(tmp_path / "nope.json")
     assert "does not exist" in info.value.message and info.value.fix
     assert info.value.exit_code == 2
@@ -102,25 +102,50 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_bad_json_says_where(tmp_path: Path) -> None:
     path = write_script(tmp_path / "s.json", '{"rounds": [\n  {"calls": [}\n]}')
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(SpecError) as info:
         load_script(path)
-    assert "not valid JSON (line 2" in info.value.message
+    assert "JSON syntax error at line 2" in info.value.message
     assert '"rounds"' in (info.value.fix or "")
+
+
+def test_an_oversized_script_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    with path.open("wb") as out:
+        out.truncate(MAX_SCRIPT_BYTES + 1)  # sparse: nothing is written
+    with pytest.raises(SpecError) as info:
+        load_script(path)
+    assert f"is at most {MAX_SCRIPT_BYTES} bytes" in info.value.message
+
+
+def test_a_duplicate_key_is_refused(tmp_path: Path) -> None:
+    path = write_script(tmp_path / "s.json", '{"rounds": [], "rounds": [{}]}')
+    with pytest.raises(SpecError, match="duplicate key 'rounds'; keep only one"):
+        load_script(path)
 
 
 @pytest.mark.parametrize(
     ("data", "fragments"),
     [
         ([], ["the top level"]),
-        ({}, ["missing field `rounds`"]),
-        ({"rounds": {}}, ["`rounds`"]),
-        ({"rounds": [{"calls": {}}]}, ["`rounds.0.calls`"]),
-        ({"rounds": [{"cals": []}]}, ["unknown field `rounds.0.cals`"]),
-        ({"rounds": [{"calls": [{"args": {}}]}]}, ["missing field `rounds.0.calls.0.tool`"]),
-        ({"rounds": [{"calls": [{"tool": "read_file", "args": []}]}]}, ["rounds.0.calls.0.args"]),
+        ({}, ["rounds: is required but missing"]),
+        ({"rounds": {}}, ["rounds: expected a list"]),
+        ({"rounds": [{"calls": {}}]}, ["rounds[0].calls: expected a list"]),
+        (
+            {"rounds": [{"cals": []}]},
+            ["unknown field 'rounds[0].cals'; did you mean 'rounds[0].calls'?"],
+        ),
+        (
+            {"rounds": [{"calls": [{"args": {}}]}]},
+            ["rounds[0].calls[0].tool: is required but missing"],
+        ),
+        ({"rounds": [{"calls": [{"tool": "read_file", "args": []}]}]}, ["rounds[0].calls[0].args"]),
         (
             {"rounds": [{"calls": [{"tool": "rm_rf", "args": {}}]}], "extra": 1},
-            ["unknown tool 'rm_rf'", "read_file", "unknown field `extra`"],
+            ["unknown tool 'rm_rf'", "read_file", "unknown field 'extra'; remove it"],
+        ),
+        (
+            {"rounds": [{"calls": [{"tool": "read_fil", "args": {}}]}]},
+            ["unknown tool 'read_fil'; did you mean 'read_file'?"],
         ),
     ],
 )
@@ -128,13 +153,13 @@ def test_wrong_shapes_list_every_problem(
     tmp_path: Path, data: object, fragments: list[str]
 ) -> None:
     path = write_script(tmp_path / "s.json", data)
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(SpecError) as info:
         load_script(path)
     rendered = info.value.render()
     for fragment in fragments:
         assert fragment in rendered, rendered
-    assert "Fix: correct the fields named above" in rendered
-    assert "\n" not in info.value.message  # one paragraph
+    assert "Fix: correct the script" in rendered
+    assert "Traceback" not in rendered
 
 
 # -- ScriptedAgent ---------------------------------------------------------------------
@@ -255,7 +280,7 @@ def test_make_scripted_agent_relative_to_base_dir(tmp_path: Path) -> None:
 def test_unknown_backend_lists_the_choices(tmp_path: Path) -> None:
     with pytest.raises(PreflightError) as info:
         agents.make_agent("gpt-17:turbo", base_dir=tmp_path)
-    assert "unknown backend 'gpt-17:turbo'" in info.value.message
+    assert "unknown backend 'gpt-17'" in info.value.message
     assert "scripted" in (info.value.fix or "")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from code_runner.monitor import PlainUI, RunRecord, build_spec
+from code_runner.monitor import ExperimentRecord, PlainUI, build_spec
 from code_runner.monitor.alerts import Alert, AlertKind, AlertPolicy
 from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Situation, Stop
 from code_runner.monitor.spec import MIN_INTERVAL_ENV, ExperimentSpec
@@ -22,9 +22,9 @@ def spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ExperimentSpec:
     return build_spec({}, options, source="test")
 
 
-def _dialogue(tmp_path: Path) -> tuple[Dialogue, io.StringIO, RunRecord]:
+def _dialogue(tmp_path: Path) -> tuple[Dialogue, io.StringIO, ExperimentRecord]:
     said = io.StringIO()
-    record = RunRecord(tmp_path / "run")
+    record = ExperimentRecord(tmp_path / "run")
     ui = PlainUI(Console(file=said), Console(file=said))
     return Dialogue(ui, record, AlertPolicy()), said, record
 

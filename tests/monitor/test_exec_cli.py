@@ -53,12 +53,12 @@ def test_bad_spec_file(tmp_path: Path) -> None:
     spec = tmp_path / "exp.yaml"
     spec.write_text("command: [python\n")
     ran = run_exec(tmp_path, ["--spec", str(spec), "--yes"])
-    _assert_clean_error(ran.code, ran.err, exit_code=2, needle="not valid YAML")
+    _assert_clean_error(ran.code, ran.err, exit_code=2, needle="YAML syntax error")
     spec.write_text("command: python x.py\ntimeout: 5x\nstall_checks: 0\ncolour: red\n")
     ran = run_exec(tmp_path, ["--spec", str(spec), "--yes"])
     _assert_clean_error(ran.code, ran.err, exit_code=2, needle="3 problems")
     ran = run_exec(tmp_path, ["--spec", str(tmp_path / "absent.yaml"), "--yes"])
-    _assert_clean_error(ran.code, ran.err, exit_code=2, needle="cannot read spec file")
+    _assert_clean_error(ran.code, ran.err, exit_code=2, needle="the file does not exist")
 
 
 def test_unexecutable_program_fails_cleanly_and_records_it(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from code_runner.monitor.spec import (
     MIN_INTERVAL_ENV,
     ExperimentType,
     build_spec,
-    load_spec_file,
+    load_experiment_spec,
     parse_duration,
 )
 
@@ -85,7 +85,7 @@ def test_every_problem_is_reported_at_once() -> None:
     for needle in (
         "command:",
         "timeout:",
-        "bogus: unknown option",
+        "unknown field 'bogus'; remove it (valid fields: command, shell, cwd, timeout,",
         "type:",
         "memory_factor:",
         "success: cannot understand",
@@ -117,7 +117,7 @@ def test_spec_file_merge(tmp_path: Path) -> None:
         "stall-checks: 4\n"
         "type: training\n"
     )
-    options = load_spec_file(spec_file)
+    options = load_experiment_spec(spec_file)
     spec = build_spec(options, {"expect": ("metrics.csv",), "timeout": "10m"}, source="exp.yaml")
     assert spec.shell is True
     assert spec.argv[-2:] == ("-c", "python train.py --epochs 3 | tee log.txt")
@@ -133,16 +133,16 @@ def test_spec_file_merge(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [("command: [unclosed", "not valid YAML"), ("- a\n- b\n", "must be a mapping")],
+    [("command: [unclosed", "YAML syntax error at line 1"), ("- a\n- b\n", "must be a mapping")],
 )
 def test_bad_spec_files(tmp_path: Path, content: str, needle: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(content)
     with pytest.raises(SpecError, match=needle):
-        load_spec_file(path)
+        load_experiment_spec(path)
 
 
 def test_missing_spec_file(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="cannot read spec file") as info:
-        load_spec_file(tmp_path / "nope.yaml")
+    with pytest.raises(SpecError, match="the file does not exist") as info:
+        load_experiment_spec(tmp_path / "nope.yaml")
     assert "--spec" in (info.value.fix or "")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from code_runner.monitor import Experiment, PlainUI, RunRecord, build_spec, detect_type
+from code_runner.monitor import Experiment, ExperimentRecord, PlainUI, build_spec, detect_type
 from code_runner.monitor.spec import MIN_INTERVAL_ENV
 from code_runner.monitor.status import status
 
@@ -29,7 +29,7 @@ def test_a_finished_experiment_snapshot(tmp_path: Path, monkeypatch: pytest.Monk
     }
     spec = build_spec({}, options, source="test")
     quiet = Console(file=io.StringIO())
-    record = RunRecord(tmp_path / "run")
+    record = ExperimentRecord(tmp_path / "run")
     experiment = Experiment(spec, detect_type(spec.argv, tmp_path), record, PlainUI(quiet, quiet))
     result = experiment.run()
     written = json.loads(record.status_path.read_text())

@@ -26,7 +26,7 @@ from code_runner.agents.cli_agents.supervisor import (
 )
 from code_runner.agents.cli_agents.translate import PlainTranslator
 from code_runner.events import ListSink
-from code_runner.monitor import Experiment, PlainUI, RunRecord, build_spec, detect_type
+from code_runner.monitor import Experiment, ExperimentRecord, PlainUI, build_spec, detect_type
 from code_runner.monitor.launch import launch
 from code_runner.monitor.spec import MIN_INTERVAL_ENV
 
@@ -87,7 +87,7 @@ def test_the_monitor_agrees(
         source="test",
     )
     quiet = Console(file=io.StringIO())
-    record = RunRecord(tmp_path / "run")
+    record = ExperimentRecord(tmp_path / "run")
     result = Experiment(spec, detect_type(spec.argv, tmp_path), record, PlainUI(quiet, quiet)).run()
     assert result.exit_code == exit_code
     assert result.signal == sig

@@ -16,7 +16,7 @@ from code_runner import sandbox
 from code_runner.errors import PreflightError
 from code_runner.sandbox import mounts
 from code_runner.sandbox.limits import DEFAULT_LIMITS
-from code_runner.sandbox.profile import Bind, Identity, Profile, Programs, sandbox_env
+from code_runner.sandbox.profile import Bind, Profile, Programs, SandboxUser, sandbox_env
 
 PROGRAMS = Programs(bwrap="/usr/bin/bwrap", prlimit="/usr/bin/prlimit", setpriv="/usr/bin/setpriv")
 
@@ -72,7 +72,7 @@ def test_network_true_shares_the_network(tmp_path: Path) -> None:
 
 
 def test_root_profile_drops_to_the_runs_own_uid_before_the_user_namespace(tmp_path: Path) -> None:
-    argv = _profile(tmp_path, identity=Identity(2_000_000_123, 2_000_000_123)).wrap(["true"])
+    argv = _profile(tmp_path, identity=SandboxUser(2_000_000_123, 2_000_000_123)).wrap(["true"])
     outer_end = argv.index("/usr/bin/setpriv")
     outer, inner = argv[:outer_end], argv[outer_end:]
     assert "--unshare-user" not in outer and "--unshare-net" in outer
@@ -162,7 +162,7 @@ def test_hand_over_owns_the_tree_but_not_what_symlinks_point_at(tmp_path: Path) 
     host = tmp_path / "host.txt"
     host.write_text("host\n")
     os.symlink(host, wt / "a/link")
-    who = Identity(2_000_000_321, 2_000_000_321)
+    who = SandboxUser(2_000_000_321, 2_000_000_321)
     changed = sandbox.hand_over(wt, who)
     assert changed == 5  # wt, a, a/b, a/b/f.py, a/link
     for path in (wt, wt / "a", wt / "a/b", wt / "a/b/f.py"):

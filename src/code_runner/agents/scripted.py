@@ -4,7 +4,7 @@ It is the built-in default (`code-runner demo`, most tests, benchmarks): determi
 offline, and it drives the very same tools a model would, so everything the runner
 enforces is exercised for real. It never touches files itself.
 
-Script format (JSON)::
+Script format (JSON; YAML and TOML files are read too)::
 
     {
       "rounds": [
@@ -29,15 +29,21 @@ the round: the script goes on, and the toolbox records the error in the events.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
-from code_runner.errors import UsageError
+from code_runner.errors import SpecError, UsageError
 from code_runner.events import EventSink
+from code_runner.problems import (
+    anchored_path,
+    describe_all,
+    one_line,
+    read_mapping_file,
+    unknown,
+)
 from code_runner.tools import TOOL_NAMES
 from code_runner.tools.base import ToolRunner
 
@@ -59,7 +65,11 @@ class ScriptCall(BaseModel):
     @classmethod
     def _known_tool(cls, value: str) -> str:
         if value not in TOOL_NAMES:
-            raise ValueError(f"unknown tool {value!r}; the tools are: {', '.join(TOOL_NAMES)}")
+            raise ValueError(
+                unknown(
+                    "tool", value, TOOL_NAMES, otherwise=f"the tools are: {', '.join(TOOL_NAMES)}"
+                )
+            )
         return value
 
 
@@ -76,46 +86,36 @@ class Script(BaseModel):
     rounds: list[ScriptRound]
 
 
+MAX_SCRIPT_BYTES = 8 * 1024 * 1024
+
+
 def load_script(path: Path) -> Script:
-    """Read and validate a script file; UsageError with every problem and the fix."""
+    """Read and validate a script file; SpecError with every problem and the format."""
+    fix = f"correct the script; {_FORMAT_HINT}."
+    data, problems = read_mapping_file(
+        path,
+        what="a script",
+        max_bytes=MAX_SCRIPT_BYTES,
+        too_big_hint="split the work into smaller writes",
+        empty_hint=_FORMAT_HINT,
+    )
+    source = f"{path} (the scripted backend's script)"
+    if data is None:
+        raise SpecError(source, problems, fix=fix)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(
-            f"scripted backend: script file {path} does not exist.",
-            fix="pass an existing file as `scripted:PATH` (relative to the spec's directory).",
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(
-            f"scripted backend: cannot read script file {path}: {exc}.",
-            fix="check the file's permissions and that it is UTF-8 JSON.",
-        ) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"scripted backend: {path} is not valid JSON (line {exc.lineno}, column "
-            f"{exc.colno}: {exc.msg}).",
-            fix=f"correct the JSON; {_FORMAT_HINT}.",
-        ) from None
-    try:
-        return Script.model_validate(data)
+        script = Script.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
-        raise UsageError(
-            f"scripted backend: {path} is not a valid script: {problems}.",
-            fix=f"correct the fields named above; {_FORMAT_HINT}.",
-        ) from None
+        problems += describe_all(exc, model_at=_model_at)
+        script = None
+    if problems or script is None:
+        raise SpecError(source, [one_line(p) for p in problems], fix=fix)
+    return script
 
 
-def _describe(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "the top level"
-    if error["type"] == "extra_forbidden":
-        return f"unknown field `{where}`"
-    if error["type"] == "missing":
-        return f"missing field `{where}`"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"`{where}`: {message}"
+def _model_at(parent: tuple[int | str, ...]) -> type[BaseModel]:
+    """The model whose fields live at `parent`: rounds.N, rounds.N.calls.M or the script."""
+    depth = sum(isinstance(part, str) for part in parent)
+    return (Script, ScriptRound, ScriptCall)[min(depth, 2)]
 
 
 class ScriptedAgent:
@@ -145,7 +145,11 @@ def from_arg(arg: str | None, *, base_dir: Path, **_context: object) -> Scripted
             fix="set backend to e.g. `scripted:fix.json` (a path relative to the spec's "
             f"directory); {_FORMAT_HINT}.",
         )
-    path = Path(arg).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
+    try:
+        path = anchored_path(arg, base_dir)
+    except ValueError as exc:
+        raise UsageError(
+            f"the scripted backend's script path {exc}.",
+            fix="set backend to `scripted:PATH` with a usable path.",
+        ) from None
     return ScriptedAgent(load_script(path), source=str(path))

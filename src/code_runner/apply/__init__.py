@@ -22,7 +22,7 @@ This is the one step that changes the user's repo, so it is a transaction:
 from code_runner.apply.commit import (
     TITLE_MAX_CHARS,
     TRAILERS,
-    Identity,
+    GitIdentity,
     commit_identity,
     commit_message,
     commit_title,
@@ -39,7 +39,7 @@ __all__ = [
     "ApplyOutcome",
     "ApplyRefused",
     "ApplyRequest",
-    "Identity",
+    "GitIdentity",
     "PathChange",
     "Plan",
     "Repair",

@@ -21,14 +21,14 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
 @dataclass(frozen=True)
-class Identity:
+class GitIdentity:
     """Who a commit is by: from the source's git config, or `--author "Name <email>"`."""
 
     name: str
     email: str
 
     @classmethod
-    def parse(cls, text: str) -> Identity:
+    def parse(cls, text: str) -> GitIdentity:
         match = re.fullmatch(r"\s*([^<>]*?)\s*<([^<>\s]+@[^<>\s]+)>\s*", text)
         if match is None or not match.group(1) or _has_control(text):
             raise UsageError(
@@ -104,14 +104,14 @@ def _config_value(source: git.Repo, key: str) -> str | None:
     return None
 
 
-def commit_identity(source: git.Repo, author: Identity | None) -> Identity | None:
+def commit_identity(source: git.Repo, author: GitIdentity | None) -> GitIdentity | None:
     """`author` when given, else user.name/user.email from the source's git config."""
     if author is not None:
         return author
     name, email = _config_value(source, "user.name"), _config_value(source, "user.email")
     if not name or not email or _has_control(name + email) or "<" in name + email:
         return None
-    return Identity(name, email.strip("<>"))
+    return GitIdentity(name, email.strip("<>"))
 
 
 def update_index(source: git.Repo, commit: str, paths: tuple[str, ...]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import code_runner.apply.journal as journal
 from code_runner import dirs, files, verify, workspace
-from code_runner.apply.commit import Identity
+from code_runner.apply.commit import GitIdentity
 from code_runner.apply.journal import apply_lock
 from code_runner.apply.plan import ApplyRequest, Plan, prepare
 from code_runner.apply.repair import Repair
@@ -97,7 +97,7 @@ def open_journal(run: FinishedRun) -> journal.Journal | None:
     return found if found.is_open else None
 
 
-def plan(run: FinishedRun, *, commit: bool, author: Identity | None) -> Plan:
+def plan(run: FinishedRun, *, commit: bool, author: GitIdentity | None) -> Plan:
     """What `apply` would do, checked against the source now. Changes nothing."""
     _must_be_appliable(run)
     if open_journal(run) is not None:
@@ -143,7 +143,7 @@ def apply_run(
     run: FinishedRun,
     *,
     commit: bool,
-    author: Identity | None,
+    author: GitIdentity | None,
     run_hooks: bool,
     record: RunRecord,
 ) -> ApplyOutcome:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import code_runner.apply.fs as fs
 import code_runner.apply.journal as journal
-from code_runner.apply.commit import Identity, commit_identity, commit_message
+from code_runner.apply.commit import GitIdentity, commit_identity, commit_message
 from code_runner.apply.fs import FileState, Kind
 from code_runner.errors import ApplyRefused
 from code_runner.record import RecordPaths
@@ -58,7 +58,7 @@ class ApplyRequest:
     commit: bool = False
     rollback: bool = True
     run_hooks: bool = False
-    author: Identity | None = None
+    author: GitIdentity | None = None
     unchanged_since: snapshot.SourceSnapshot | None = None  # the run's first snapshot
 
 
@@ -105,7 +105,7 @@ class Plan:
     prior: Mapping[str, bytes]  # path -> prior bytes, for files that exist
     target: Mapping[str, bytes]  # path -> target bytes, for files that will exist
     stat: str
-    identity: Identity | None
+    identity: GitIdentity | None
 
     @property
     def head_moved(self) -> bool:

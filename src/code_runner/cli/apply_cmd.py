@@ -85,7 +85,7 @@ def apply_command(
     """
     out = render.console(stderr=as_json)
     run = finished.load(run_dir)
-    identity = apply.Identity.parse(author) if author else None
+    identity = apply.GitIdentity.parse(author) if author else None
     if not check:
         record = RunRecord.reopen(run.paths)
         repaired = decide.repair_first(run, record)

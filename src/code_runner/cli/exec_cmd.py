@@ -22,19 +22,19 @@ from code_runner.errors import Interrupted, RunTimeout, UsageError
 from code_runner.monitor import (
     Detection,
     Experiment,
+    ExperimentRecord,
     ExperimentResult,
     ExperimentSpec,
     ExperimentState,
     ExperimentType,
     PlainUI,
-    RunRecord,
     build_spec,
     check_launchable,
     check_run_dir,
     choose_ui,
     default_run_dir,
     detect_type,
-    load_spec_file,
+    load_experiment_spec,
 )
 
 _TYPES = ", ".join(t.value for t in ExperimentType)
@@ -142,7 +142,7 @@ def exec_command(
             click.get_current_context().exit(1)
     else:
         ui.show_plan(spec, detection, run_dir)
-    record = RunRecord(run_dir)
+    record = ExperimentRecord(run_dir)
     result = Experiment(spec, detection, record, ui).run()
     ui.finished(result, run_dir)
     _exit_for(result, spec, run_dir, source)
@@ -154,7 +154,7 @@ def _spec_from(
     file_options: dict[str, Any] = {}
     source = "command line"
     if spec_path:
-        file_options = load_spec_file(Path(spec_path))
+        file_options = load_experiment_spec(Path(spec_path))
         source = spec_path
     cli = {key.rstrip("_"): value for key, value in options.items()}
     cli["command"] = command

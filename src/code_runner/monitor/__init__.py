@@ -1,28 +1,33 @@
 """Experiment executor and monitor: run any command under checks, report what happened.
 
 `code-runner exec` is the face; this package is the engine. The public surface is small:
-build a spec, detect the type, run an `Experiment` into a `RunRecord`, read a result back.
+build a spec, detect the type, run an `Experiment` into an `ExperimentRecord`, read a result back.
 """
 
 from code_runner.monitor.detect import Detection, detect_type
 from code_runner.monitor.experiment import Experiment
 from code_runner.monitor.launch import check_launchable
-from code_runner.monitor.record import RunRecord, check_run_dir, default_run_dir
+from code_runner.monitor.record import ExperimentRecord, check_run_dir, default_run_dir
 from code_runner.monitor.report import render_report, render_status
 from code_runner.monitor.result import ExperimentResult, load_result
-from code_runner.monitor.spec import ExperimentSpec, ExperimentType, build_spec, load_spec_file
+from code_runner.monitor.spec import (
+    ExperimentSpec,
+    ExperimentType,
+    build_spec,
+    load_experiment_spec,
+)
 from code_runner.monitor.state import ExperimentState
 from code_runner.monitor.ui import PlainUI, TerminalUI, choose_ui
 
 __all__ = [
     "Detection",
     "Experiment",
+    "ExperimentRecord",
     "ExperimentResult",
     "ExperimentSpec",
     "ExperimentState",
     "ExperimentType",
     "PlainUI",
-    "RunRecord",
     "TerminalUI",
     "build_spec",
     "check_launchable",
@@ -30,8 +35,8 @@ __all__ = [
     "choose_ui",
     "default_run_dir",
     "detect_type",
+    "load_experiment_spec",
     "load_result",
-    "load_spec_file",
     "render_report",
     "render_status",
 ]

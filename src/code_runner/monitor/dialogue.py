@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from code_runner.monitor.adjust import ADJUST_HELP, adjusted_spec
 from code_runner.monitor.alerts import Action, Alert, AlertPolicy, choose, options_for
-from code_runner.monitor.record import MonitorEvent, RunRecord
+from code_runner.monitor.record import ExperimentRecord, MonitorEvent
 from code_runner.monitor.result import AnswerRecord
 from code_runner.monitor.spec import ExperimentSpec
 from code_runner.monitor.ui import MonitorUI
@@ -55,7 +55,7 @@ Reply = Stop | EarlyStop | NewSpec | None
 class Dialogue:
     """Alerts offered to the person and their answers; one per experiment."""
 
-    def __init__(self, ui: MonitorUI, record: RunRecord, policy: AlertPolicy) -> None:
+    def __init__(self, ui: MonitorUI, record: ExperimentRecord, policy: AlertPolicy) -> None:
         self.ui = ui
         self.record = record
         self.policy = policy

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from code_runner import proc
+from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError
 from code_runner.monitor.adjust import diagnosis
 from code_runner.monitor.alerts import Alert, AlertKind, AlertPolicy, Episode
@@ -34,7 +35,7 @@ from code_runner.monitor.detect import Detection
 from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Reply, Situation, Stop
 from code_runner.monitor.finish import Outcome, finish_run
 from code_runner.monitor.launch import Launched, TreeSample, launch
-from code_runner.monitor.record import MonitorEvent, RunRecord, utc_now
+from code_runner.monitor.record import ExperimentRecord, MonitorEvent
 from code_runner.monitor.result import AlertRecord, ExperimentResult, KillSummary
 from code_runner.monitor.spec import ExperimentSpec, ExperimentType
 from code_runner.monitor.state import ExperimentState, can_move
@@ -77,7 +78,7 @@ class Experiment:
         self,
         spec: ExperimentSpec,
         detection: Detection,
-        record: RunRecord,
+        record: ExperimentRecord,
         ui: MonitorUI,
         env: Mapping[str, str] | None = None,
     ) -> None:

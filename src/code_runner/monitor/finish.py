@@ -10,12 +10,13 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from code_runner import files
+from code_runner.clock import utc_now
 from code_runner.monitor.checks import ProgressCheck
 from code_runner.monitor.collect import collect_outputs, tail_lines
 from code_runner.monitor.criteria import Evidence, judge
 from code_runner.monitor.detect import Detection
 from code_runner.monitor.plot import line_chart, sparkline
-from code_runner.monitor.record import MonitorEvent, RunRecord, utc_now
+from code_runner.monitor.record import ExperimentRecord, MonitorEvent
 from code_runner.monitor.report import render_report
 from code_runner.monitor.result import (
     AlertRecord,
@@ -67,7 +68,7 @@ def finish_run(
     spec: ExperimentSpec,
     kind: ExperimentType,
     detection: Detection,
-    record: RunRecord,
+    record: ExperimentRecord,
     watch: OutputWatch,
     progress: ProgressCheck,
     outcome: Outcome,
@@ -133,7 +134,7 @@ def finish_run(
     return result
 
 
-def _metric_summaries(watch: OutputWatch, record: RunRecord) -> tuple[MetricSummary, ...]:
+def _metric_summaries(watch: OutputWatch, record: ExperimentRecord) -> tuple[MetricSummary, ...]:
     summaries: list[MetricSummary] = []
     for name in watch.series.names():
         points = watch.series.points[name]

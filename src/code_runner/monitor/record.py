@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from code_runner import files
+from code_runner.clock import utc_now
 from code_runner.errors import UsageError
 
 DEFAULT_PARENT = "code-runner-exec"
@@ -38,10 +39,6 @@ class MonitorEvent(StrEnum):
     RUN_FINISHED = "run_finished"
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def default_run_dir(base: Path) -> Path:
     """`./code-runner-exec/<UTC timestamp>-<random>`: sortable by time, unique per run."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -57,8 +54,8 @@ def check_run_dir(run_dir: Path) -> None:
         )
 
 
-class RunRecord:
-    """Paths and writers of one run dir."""
+class ExperimentRecord:
+    """Paths and writers of one exec run dir (the task record is `record.writer.RunRecord`)."""
 
     def __init__(self, run_dir: Path) -> None:
         check_run_dir(run_dir)

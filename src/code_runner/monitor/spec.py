@@ -1,6 +1,6 @@
 """The experiment spec: everything `code-runner exec` was asked to do, validated up front.
 
-Options come from a spec file (`--spec exp.yaml`, YAML or JSON) and the command line; the
+Options come from a spec file (`--spec exp.yaml`, YAML, JSON or TOML) and the command line; the
 command line wins for single values and adds to lists. Every problem is reported at once, as
 one `SpecError`, before anything runs: a bad threshold found after an hour of training is a
 lost hour.
@@ -20,7 +20,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -34,6 +33,13 @@ from pydantic import (
 
 from code_runner.errors import SpecError, UsageError
 from code_runner.monitor.criteria import Criterion, parse_criterion
+from code_runner.problems import (
+    anchored_path,
+    describe_all,
+    one_line,
+    read_mapping_file,
+    single_model,
+)
 from code_runner.proc import shell_argv
 
 MIN_INTERVAL_ENV = "CODE_RUNNER_MIN_INTERVAL_S"
@@ -107,7 +113,7 @@ class ExperimentSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    command: tuple[str, ...]
+    command: tuple[str, ...] = Field((), validate_default=True)
     shell: bool = False
     cwd: Path = Field(default_factory=Path.cwd)
     timeout_s: Duration = Field(DEFAULT_TIMEOUT_S, gt=0, validation_alias=_alias("timeout"))
@@ -196,27 +202,35 @@ class ExperimentSpec(BaseModel):
         return tuple(parse_criterion(t) for t in texts)
 
 
-def load_spec_file(path: Path) -> dict[str, Any]:
-    """Read a YAML/JSON spec file into plain options; relative `cwd`/`run_dir` follow the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(
-            f"cannot read spec file {path}: {exc.strerror or exc}",
-            fix="check the path given to --spec",
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), [f"not valid YAML or JSON: {exc}"]) from None
+MAX_SPEC_BYTES = 1024 * 1024
+_PATH_OPTIONS = ("cwd", "run_dir")
+
+
+def load_experiment_spec(path: Path) -> dict[str, Any]:
+    """Read a YAML, JSON or TOML spec file into plain options; SpecError if it cannot be used.
+
+    Duplicate keys are refused (`stall-checks` and `stall_checks` are the same key), and a
+    relative `cwd` or `run_dir` is read from the file's directory.
+    """
+    data, problems = read_mapping_file(
+        path, what="an exec spec", max_bytes=MAX_SPEC_BYTES, empty_ok=True
+    )
     if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise SpecError(str(path), ["the top level must be a mapping of option: value"])
-    options = {str(k).replace("-", "_"): v for k, v in data.items()}
-    for key in ("cwd", "run_dir"):
+        raise SpecError(str(path), problems, fix="check the path given to --spec and the file.")
+    options: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name in options:
+            problems.append(f"duplicate key '{name}' (also written with '-'); keep only one")
+        options[name] = value
+    for key in _PATH_OPTIONS:
         if isinstance(options.get(key), str):
-            options[key] = str((path.parent / options[key]).resolve())
+            try:
+                options[key] = str(anchored_path(options[key], path.parent))
+            except ValueError as exc:
+                problems.append(f"{key}: {exc}")
+    if problems:
+        raise SpecError(str(path), [one_line(p) for p in problems])
     return options
 
 
@@ -237,7 +251,7 @@ def build_spec(
     try:
         return ExperimentSpec.model_validate(merged)
     except ValidationError as exc:
-        raise SpecError(source, [_problem(e) for e in exc.errors()]) from None
+        raise SpecError(source, describe_all(exc, model_at=single_model(ExperimentSpec))) from None
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -246,14 +260,3 @@ def _as_list(value: Any) -> list[Any]:
     if isinstance(value, list | tuple):
         return list(value)
     return [value]
-
-
-def _problem(error: Mapping[str, Any]) -> str:
-    loc = ".".join(str(part) for part in error.get("loc", ()) if part != "__root__")
-    msg = str(error.get("msg", "invalid"))
-    msg = msg.removeprefix("Value error, ")
-    if error.get("type") == "extra_forbidden":
-        msg = "unknown option; see `code-runner exec --help` for the options"
-    if error.get("type") == "missing" and loc == "command":
-        msg = "no command given; put it after `--`, e.g. exec -- python train.py"
-    return f"{loc}: {msg}" if loc else msg

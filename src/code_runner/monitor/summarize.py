@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from code_runner.problems import clip
+
 SAMPLE_ROWS = 50_000
 FULL_PARSE_BYTES = 64 * 1024 * 1024
 MAX_COLUMNS = 200
@@ -254,4 +256,4 @@ def _kind_name(kinds: set[str]) -> str:
 
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
-    return text[:200]
+    return clip(text, 200, marker="")

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from code_runner.sandbox.cgroups import CgroupSupport, detect
 from code_runner.sandbox.limits import DEFAULT_LIMITS, ResourceLimits
 from code_runner.sandbox.probe import Decision, Probe, decide, probe, run_probe
-from code_runner.sandbox.profile import Bind, Identity, Profile, Programs
+from code_runner.sandbox.profile import Bind, Profile, Programs, SandboxUser
 from code_runner.sandbox.session import SandboxMode, SandboxWorkspace, Session, hand_over
 
 
@@ -84,12 +84,12 @@ __all__ = [
     "Bind",
     "CgroupSupport",
     "Decision",
-    "Identity",
     "Probe",
     "Profile",
     "Programs",
     "ResourceLimits",
     "SandboxMode",
+    "SandboxUser",
     "SandboxWorkspace",
     "Session",
     "decide",

@@ -61,7 +61,7 @@ class Bind:
 
 
 @dataclass(frozen=True)
-class Identity:
+class SandboxUser:
     """The host uid/gid a root runner drops to for the sandboxed command."""
 
     uid: int
@@ -104,7 +104,7 @@ class Profile:
     limits: ResourceLimits
     cpu_s: int
     network: bool = False
-    identity: Identity | None = None
+    identity: SandboxUser | None = None
     cgroup_join: tuple[str, ...] = ()
     process_rlimit: bool = True
     memory_rlimit: bool = True

@@ -25,9 +25,9 @@ from code_runner.sandbox.limits import ResourceLimits
 from code_runner.sandbox.profile import (
     SANDBOX_UID,
     Bind,
-    Identity,
     Profile,
     Programs,
+    SandboxUser,
     sandbox_env,
 )
 
@@ -60,12 +60,12 @@ class SandboxWorkspace(Protocol):
     def source_dir(self) -> Path: ...
 
 
-def new_identity() -> Identity:
+def new_identity() -> SandboxUser:
     uid = _UID_BASE + secrets.randbelow(_UID_SPAN)
-    return Identity(uid=uid, gid=uid)
+    return SandboxUser(uid=uid, gid=uid)
 
 
-def hand_over(work_tree: Path, identity: Identity) -> int:
+def hand_over(work_tree: Path, identity: SandboxUser) -> int:
     """Give every entry of the work tree to `identity`; return how many changed owner.
 
     What the runner writes (the checkout, restored files, the file tools' writes) is
@@ -86,7 +86,7 @@ def hand_over(work_tree: Path, identity: Identity) -> int:
 
 
 def _hand_over_dir(
-    dir_fd: int, identity: Identity, dev: int, depth: int, skip: frozenset[str] = frozenset()
+    dir_fd: int, identity: SandboxUser, dev: int, depth: int, skip: frozenset[str] = frozenset()
 ) -> int:
     changed = 0
     with os.scandir(dir_fd) as entries:

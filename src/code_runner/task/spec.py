@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 import code_runner.task.paths as paths
-from code_runner.problems import CONTROL_RE, Text, encodable, short
+from code_runner.problems import CONTROL_RE, Text, anchored_path, encodable, short
 from code_runner.sandbox import ResourceLimits, SandboxMode
 from code_runner.verify.assertion import DefinitionOfDone
 
@@ -106,15 +106,7 @@ def _absolute_path(value: object, base_dir: Path | None) -> object:
     text = os.fspath(value)
     if not isinstance(text, str):
         return value
-    if text.strip() == "":
-        raise ValueError("is empty; give a directory path")
-    if "\0" in text:
-        raise ValueError("contains a NUL byte; remove it")
-    encodable(text)
-    anchor = base_dir if base_dir is not None else Path.cwd()
-    # os.path.expanduser, not Path.expanduser: the latter raises for an unknown `~user`.
-    expanded = os.path.expanduser(text)
-    return _absolute(anchor / expanded)
+    return anchored_path(text, base_dir, what="a directory path")
 
 
 def _absolute(path: Path) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from code_runner.problems import describe_all, single_model
 from code_runner.tools.base import ToolResult, ToolSpec
 
 ToolFunction = Callable[..., ToolResult]
@@ -106,18 +107,6 @@ def validate_arguments(tool: ToolDef, args: object) -> dict[str, Any]:
     try:
         parsed = tool.arguments.model_validate(dict(args))
     except ValidationError as exc:
-        raise ArgumentsError(_describe(exc)) from None
+        problems = describe_all(exc, model_at=single_model(tool.arguments))
+        raise ArgumentsError("; ".join(problems)) from None
     return {name: getattr(parsed, name) for name in type(parsed).model_fields}
-
-
-def _describe(exc: ValidationError) -> str:
-    problems: list[str] = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
-        if error["type"] == "extra_forbidden":
-            problems.append(f"unknown argument `{where}`")
-        elif error["type"] == "missing":
-            problems.append(f"missing required argument `{where}`")
-        else:
-            problems.append(f"argument `{where}`: {error['msg']}")
-    return "; ".join(problems)

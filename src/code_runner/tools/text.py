@@ -10,6 +10,8 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 
+from code_runner.problems import clip
+
 EVENT_TEXT_CHARS = 200
 _LINE = re.compile(r"[^\n]*\n|[^\n]+$")
 
@@ -36,7 +38,7 @@ def is_binary(data: bytes) -> bool:
 def shown_path(path: str) -> str:
     """A path as it may appear in a message: escaped, and not 4 KiB long."""
     text = ascii(path)[1:-1] if not path.isprintable() else path
-    return text if len(text) <= 160 else text[:160] + "..."
+    return _keep(text, 160, "...")
 
 
 def number_lines(lines: Sequence[str], first: int, width: int, max_chars: int) -> list[str]:
@@ -54,9 +56,13 @@ def tail(text: str, max_chars: int) -> str:
 
 
 def clip_line(line: str, max_chars: int) -> str:
-    if len(line) <= max_chars:
-        return line
-    return line[:max_chars] + f" [... line cut at {max_chars} of {len(line)} chars]"
+    """The first `max_chars` of a line, then a note of how long it was."""
+    return _keep(line, max_chars, f" [... line cut at {max_chars} of {len(line)} chars]")
+
+
+def _keep(text: str, keep: int, marker: str) -> str:
+    """`text` if it has at most `keep` characters, else its first `keep` and `marker`."""
+    return clip(text, keep + len(marker), marker=marker) if len(text) > keep else text
 
 
 def splice(lines: list[str], start_line: int, end_line: int, content: str) -> list[str]:
@@ -85,9 +91,7 @@ def loggable(args: object) -> object:
     if isinstance(args, Mapping):
         return {str(key): loggable(value) for key, value in args.items()}
     if isinstance(args, str):
-        if len(args) <= EVENT_TEXT_CHARS:
-            return args
-        return args[:EVENT_TEXT_CHARS] + f"... [{len(args)} chars]"
+        return _keep(args, EVENT_TEXT_CHARS, f"... [{len(args)} chars]")
     if isinstance(args, list | tuple):
         return [loggable(item) for item in args[:20]]
     if args is None or isinstance(args, bool | int | float):
@@ -96,8 +100,7 @@ def loggable(args: object) -> object:
 
 
 def summary(content: str) -> str:
-    first = content.split("\n", 1)[0]
-    return first if len(first) <= EVENT_TEXT_CHARS else first[:EVENT_TEXT_CHARS] + "..."
+    return _keep(content.split("\n", 1)[0], EVENT_TEXT_CHARS, "...")
 
 
 def details(data: Mapping[str, object]) -> dict[str, object]:

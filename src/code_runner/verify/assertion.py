@@ -24,7 +24,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from code_runner.problems import encodable
+from code_runner.problems import clip, encodable
 
 
 class AssertionKind(StrEnum):
@@ -86,10 +86,7 @@ class Assertion:
 
 
 def quote(value: object, limit: int = 80) -> str:
-    text = str(value)
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return repr(text)
+    return repr(clip(str(value), limit))
 
 
 def parse_assertion(text: str) -> Assertion:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from code_runner import proc
+from code_runner.problems import clip
 from code_runner.verify.assertion import Assertion, AssertionKind, quote
 
 # How much of each stream a verdict keeps for the record (the log keeps more).
@@ -24,6 +25,7 @@ TAIL_CHARS = 4096
 
 # Test-count parsing only looks at the end of the output, where summaries are printed.
 _SUMMARY_SCAN_CHARS = 64 * 1024
+_SHOWN_CHARS = 80  # an assertion or regex quoted in a verdict reason
 
 
 @dataclass(frozen=True)
@@ -103,14 +105,13 @@ def _decide(assertion: Assertion, result: proc.ProcResult, out: str, err: str) -
     found, what = _check_output(assertion, out, err)
     if code != 0:
         note = f" (the output check alone would pass: {what})" if found else ""
-        return False, f"exit {code}; `{_short(assertion.raw)}` also requires exit 0{note}"
+        return (
+            False,
+            f"exit {code}; `{clip(assertion.raw, _SHOWN_CHARS)}` also requires exit 0{note}",
+        )
     if found:
         return True, f"exit 0 and {what}"
     return False, f"exit 0 but {what}"
-
-
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_output(assertion: Assertion, out: str, err: str) -> tuple[bool, str]:
@@ -129,8 +130,8 @@ def _check_output(assertion: Assertion, out: str, err: str) -> tuple[bool, str]:
             stream = "stdout" if assertion.kind is AssertionKind.STDOUT_REGEX else "stderr"
             text = out if stream == "stdout" else err
             if re.search(value, text, re.MULTILINE):
-                return True, f"{stream} matches /{_short(value)}/"
-            return False, f"{stream} does not match /{_short(value)}/"
+                return True, f"{stream} matches /{clip(value, _SHOWN_CHARS)}/"
+            return False, f"{stream} does not match /{clip(value, _SHOWN_CHARS)}/"
         case AssertionKind.JSON_HAS_KEYS:
             assert isinstance(value, tuple)
             return _check_json_keys(value, out)

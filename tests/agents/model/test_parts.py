@@ -82,13 +82,13 @@ def test_every_config_problem_at_once() -> None:
     assert len(problems) == 7, problems
     text = "\n".join(problems)
     for needle in (
-        "`budjet`: unknown table",
-        "`budget.turns_per_round`",
+        "unknown table 'budjet'; did you mean 'budget'?",
+        "budget.turns_per_round:",
         "unknown kind 'telepathy'; the kinds are: openai",
-        "`backends.b.model`",
-        "`backends.b.tool_choice`",
-        "`backends.b.budget.tokens_per_run`",
-        "`backends.9bad`",
+        "backends.b.model: expected a string, got a whole number 3",
+        "backends.b.tool_choice:",
+        "backends.b.budget.tokens_per_run:",
+        "backends.9bad:",
     ):
         assert needle in text
 

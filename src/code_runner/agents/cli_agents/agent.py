@@ -283,9 +283,9 @@ def _reclaim_work_tree(work_tree: Path) -> None:
     """
     if os.geteuid() != 0:
         return  # a non-root runner never hands the tree over
-    from code_runner.sandbox import Identity, hand_over
+    from code_runner.sandbox import SandboxUser, hand_over
 
-    hand_over(work_tree, Identity(uid=os.getuid(), gid=os.getgid()))
+    hand_over(work_tree, SandboxUser(uid=os.getuid(), gid=os.getgid()))
 
 
 def _scratch_paths(ctx: RoundContext) -> RecordPaths:
