@@ -210,12 +210,14 @@ class Session:
         """What the sandbox enforces, for result.json."""
         controllers = self.cgroup_controllers
         limits = self.limits
+        unenforced: list[str] = []
         if "pids" in controllers:
             processes = f"{limits.processes} (cgroup pids.max)"
         elif self.identity is not None:
             processes = f"{limits.processes} (RLIMIT_NPROC of the run's own uid)"
         else:
             processes = "not limited (no writable cgroup; commands share the runner's uid)"
+            unenforced.append(f"processes: {processes}")
         memory = (
             f"{limits.memory_mb} MiB for the command tree (cgroup)"
             if "memory" in controllers
@@ -233,5 +235,6 @@ class Session:
                 "processes": processes,
                 "memory": memory,
             },
+            "unenforced": unenforced,
             "cgroup_error": self.cgroup_error,
         }
