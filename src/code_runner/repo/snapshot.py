@@ -136,9 +136,14 @@ def _stat_key(path: Path) -> str:
 def _walk(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, os.stat_result, int]]:
     """(relative path, lstat, parent dir fd) for every entry below `dir_fd`, depth first.
     Never follows a symlink; a directory that cannot be opened is listed, not entered."""
+    found: list[tuple[str, os.stat_result]] = []
     with os.scandir(dir_fd) as entries:
-        found = sorted((e.name, e.stat(follow_symlinks=False)) for e in entries)
-    for name, st in found:
+        for entry in entries:
+            try:
+                found.append((entry.name, entry.stat(follow_symlinks=False)))
+            except OSError:
+                continue  # gone since it was listed
+    for name, st in sorted(found, key=lambda item: item[0]):
         yield prefix + name, st, dir_fd
         if not stat.S_ISDIR(st.st_mode) or depth >= _MAX_DEPTH:
             continue
