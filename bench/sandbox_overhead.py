@@ -4,9 +4,11 @@ Times a trivial command (`true`, through `bash -c` as agent commands run) N time
 N times inside the run profile (the same `proc.run` either way, in the same process, on a
 real workspace), interleaved so load affects both alike, and prints both medians and the
 ratio. `--attacks` also runs the security suite and prints how many attacks it tried and
-how many held.
+how many held. `--snapshot-files N` times the source snapshot (`repo.snapshot.take`, taken
+twice per run) on a repo of N committed files in 2 dirs levels, with loose objects, 200
+untracked and an ignored dir of 1000 files.
 
-    python bench/sandbox_overhead.py [--repeat 50] [--attacks]
+    python bench/sandbox_overhead.py [--repeat 50] [--attacks] [--snapshot-files 20000]
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from code_runner import proc, runner, sandbox, workspace
-from code_runner.repo import git
+from code_runner import proc, sandbox, workspace
+from code_runner.repo import git, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,7 +65,7 @@ def measure(repeat: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as scratch:
         os.environ["CODE_RUNNER_STATE_DIR"] = str(Path(scratch) / "state")
         ws = _workspace(Path(scratch))
-        env = runner.command_env(ws)
+        env = ws.env()
         argv = proc.shell_argv("true")
         session = sandbox.open_session(
             ws, env=env, network=False, limits=sandbox.DEFAULT_LIMITS, cpu_s=60, name="bench"
@@ -99,6 +101,40 @@ def measure(repeat: int) -> dict[str, float]:
     }
 
 
+def _big_repo(root: Path, files: int) -> Path:
+    source = root / "big"
+    source.mkdir()
+    for i in range(files):
+        path = source / f"d{i % 100}" / f"e{i % 7}" / f"f{i}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"file {i}\n")
+    (source / ".gitignore").write_text("build/\n")
+    env = {**git.hardened_env(), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x"}
+    env |= {"GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
+    for argv in (["init", "-q"], ["add", "-A"], ["-c", "gc.auto=0", "commit", "-qm", "init"]):
+        subprocess.run(["git", *argv], cwd=source, env=env, check=True)  # objects stay loose
+    for i in range(200):
+        (source / f"untracked{i}.txt").write_text("u\n")
+    (source / "build").mkdir()
+    for i in range(1000):
+        (source / "build" / f"o{i}.bin").write_bytes(b"o")
+    return source
+
+
+def snapshot_cost(files: int, repeat: int = 5) -> dict[str, float]:
+    """Median wall time of one source snapshot on a repo of `files` files."""
+    with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as scratch:
+        repo = git.open_source(_big_repo(Path(scratch), files))
+        snapshot.take(repo)  # warm the page cache
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            snap = snapshot.take(repo)
+            times.append(time.perf_counter() - started)
+        entries = len(snap.git_tree)
+    return {"files": files, "git_entries": entries, "ms": round(statistics.median(times) * 1000)}
+
+
 def attacks() -> dict[str, int]:
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
         env = {**os.environ, "CODE_RUNNER_ATTACK_REPORT": report.name}
@@ -117,7 +153,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--attacks", action="store_true", help="also run tests/security")
+    parser.add_argument("--snapshot-files", type=int, default=0, help="time the source snapshot")
     args = parser.parse_args()
+    if args.snapshot_files:
+        cost = snapshot_cost(args.snapshot_files)
+        print(
+            f"source snapshot of a {cost['files']}-file repo ({cost['git_entries']} .git "
+            f"entries): {cost['ms']} ms (median of 5; taken twice per run)"
+        )
     figures = measure(args.repeat)
     print(
         f"`bash -c true` via proc.run, median of {figures['repeat']}: bare {figures['bare_ms']} "

@@ -176,6 +176,7 @@ def _unexpected(
     pre: snapshot.SourceSnapshot, post: snapshot.SourceSnapshot, tx: Transaction
 ) -> list[str]:
     """What changed in the source beyond what this apply may change. Empty is the goal."""
+    pre = snapshot.expect_apply(pre, post, committed=tx.commit is not None)
     if not tx.applied or tx.rolled_back:
         found = snapshot.differences(pre, post)
         wrong = journal.differing(tx.journal, "before") if tx.entered else []

@@ -63,9 +63,10 @@ def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
             f"output_dir {output} cannot be created: {probe} is not writable.",
             fix="choose an output_dir you can write to.",
         )
-    decision = decide(spec.sandbox)  # `required` without a working sandbox stops here
+    decision = decide(spec.sandbox, limits=spec.limits)  # `required` may stop here
     if not decision.use and decision.probe is not None:
         warnings.append(f"no OS sandbox: {decision.reason}")
+    warnings += [f"limit not enforced: {gap}" for gap in decision.unenforced]
     return Preflight(
         spec=spec,
         source=source,

@@ -7,8 +7,10 @@ files get `/dev/null` bound over them (`/etc/shadow`, the ssh-agent socket).
 Made visible again, read-only, at the same path: the toolchain the commands need (the
 running Python's prefixes, `PATH` entries and virtualenvs that live under a masked dir),
 the objects the workspace clone borrows from the source (`alternates`), and dependencies
-the DoD needs that the source has but the workspace lacks (`.venv`, `node_modules`), which
-also appear inside the work tree at the same relative path.
+the DoD needs that the source has but the workspace lacks (`.venv`, `venv`, `node_modules`),
+which also appear inside the work tree at the same relative path. No bind may show a hidden
+path again (`exposes`): a bind whose source holds a mask, a private dir or a secret file
+is dropped.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from code_runner.sandbox.profile import Bind
 
 BASE_MASKS = ("/tmp", "/var/tmp", "/root", "/home", "/run")  # noqa: S108 (hidden, not used)
 SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
-DEPENDENCY_DIRS = (".venv", "node_modules")
+DEPENDENCY_DIRS = (".venv", "venv", "node_modules")
 _SYSTEM_ROOTS = frozenset(
     {"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt", "/var", "/srv"}
     | {"/proc", "/sys", "/dev", "/boot", "/mnt", "/media"}
@@ -130,19 +132,47 @@ def alternates_binds(git_dir: Path) -> list[Bind]:
     return binds
 
 
-def dependency_binds(source_dir: Path, work_tree: Path, masks: Sequence[Path]) -> list[Bind]:
-    """The source's `.venv` / `node_modules`, read-only, where the work tree lacks them.
+def hidden_paths(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Everything a command must not see: the masks, the runner's dirs, the secret files."""
+    found = [Path(p) for p in BASE_MASKS]
+    found += masked_dirs(environ) + private_dirs(environ) + masked_files(environ)
+    found += [Path(os.path.realpath(p)) for p in found]
+    return list(dict.fromkeys(found))
 
-    Bound into the work tree only when the name is free there or a plain directory (never
-    onto a symlink the agent made); also at the source's own path when that is masked, so
-    absolute shebangs (`#!/src/.venv/bin/python`) still resolve.
+
+def exposes(source: Path, hidden: Sequence[Path]) -> Path | None:
+    """The hidden path a bind of `source` would show again (it holds or is one), if any."""
+    real = Path(os.path.realpath(source))
+    if str(real) in _SYSTEM_ROOTS:
+        return real
+    return next((h for h in hidden if _under(h, real)), None)
+
+
+def dependency_binds(
+    source_dir: Path,
+    work_tree: Path,
+    masks: Sequence[Path],
+    hidden: Sequence[Path] | None = None,
+) -> list[Bind]:
+    """The source's `.venv` / `venv` / `node_modules`, read-only, where the work tree lacks them.
+
+    Decided once, before the first command. A dependency dir is bound only when it
+    resolves strictly inside the source tree (outside its `.git`) and holds no hidden
+    path, so a committed `.venv -> $HOME` shows nothing. Bound into the work tree only
+    when the name is free there or an empty directory (never onto an entry of the
+    checkout); also at the source's own path when that is masked, so absolute shebangs
+    (`#!/src/.venv/bin/python`) still resolve.
     """
+    hidden = hidden_paths() if hidden is None else hidden
     binds: list[Bind] = []
+    top = Path(os.path.realpath(source_dir))
     for name in DEPENDENCY_DIRS:
         origin = source_dir / name
-        if not _is_dir(origin):
-            continue
         real = Path(os.path.realpath(origin))
+        if not _is_dir(real) or real == top or not _under(real, top):
+            continue  # missing, or a link out of the source tree
+        if _under(real, top / ".git") or exposes(real, hidden) is not None:
+            continue
         target = work_tree / name
         try:
             mode: int | None = os.lstat(target).st_mode
@@ -151,7 +181,7 @@ def dependency_binds(source_dir: Path, work_tree: Path, masks: Sequence[Path]) -
         except OSError:
             continue
         if mode is not None and not stat.S_ISDIR(mode):
-            continue  # a symlink or file of the agent's: leave it be
+            continue  # a symlink or file of the checkout's: leave it be
         if mode is not None and _has_entries(target):
             continue  # the work tree has its own (tracked) one
         binds.append(Bind(real, target))
@@ -160,6 +190,19 @@ def dependency_binds(source_dir: Path, work_tree: Path, masks: Sequence[Path]) -
             if masked and not os.path.islink(dest):
                 binds.append(Bind(real, dest))
     return binds
+
+
+def mountable(bind: Bind, work_tree: Path) -> bool:
+    """Whether `bind` may still be mounted: a mount point in the work tree must be absent or
+    a plain directory (never a symlink or file the agent put there since)."""
+    if not _under(bind.dest, work_tree):
+        return True
+    try:
+        return stat.S_ISDIR(os.lstat(bind.dest).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def _has_entries(path: Path) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 import code_runner.sandbox.cgroups as cgroups
 from code_runner import proc
 from code_runner.errors import PreflightError
-from code_runner.sandbox.limits import DEFAULT_LIMITS
+from code_runner.sandbox.limits import DEFAULT_LIMITS, ResourceLimits
 from code_runner.sandbox.profile import SANDBOX_UID, SYSTEM_BIN_PATH, Programs
 from code_runner.sandbox.session import SandboxMode, Session
 
@@ -29,6 +29,13 @@ PROBE_TIMEOUT_S = 30.0
 INSTALL_FIX = (
     "install bubblewrap and util-linux (`apt-get install bubblewrap util-linux`, or run "
     "scripts/bootstrap)"
+)
+PROCESSES_FIX = (
+    "run code-runner as root (each run's commands then get a uid of their own, bounded by "
+    "RLIMIT_NPROC), or delegate a cgroup with the pids controller to this user (cgroup v2: "
+    "`systemd-run --user --scope -p Delegate=yes code-runner run ...`; v1: make the pids "
+    "hierarchy's cgroup writable for this user); or drop `limits.processes` from the spec, "
+    "or set `sandbox: auto` to run with it recorded as not enforced"
 )
 USERNS_FIX = (
     "allow unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`, "
@@ -69,6 +76,23 @@ class Probe:
     cgroups_usable: bool = False
     cgroup_note: str | None = None
     duration_s: float = 0.0
+
+    @property
+    def limits_processes(self) -> bool:
+        """Whether a process-count limit holds: a usable pids cgroup, or a uid of the run's
+        own (a root runner). A runner that is not root shares its uid with its commands."""
+        pids = self.cgroups_usable and self.cgroups.placement("pids") is not None
+        return pids or self.privileged
+
+    def unenforced(self) -> tuple[str, ...]:
+        """The limits this machine cannot enforce, each with why."""
+        if self.limits_processes:
+            return ()
+        why = self.cgroup_note or self.cgroups.describe().get("pids", "no pids cgroup")
+        return (
+            f"processes: not limited (no writable pids cgroup: {why}; commands share "
+            "the runner's uid)",
+        )
 
     def limits_report(self) -> dict[str, str]:
         """Which mechanism enforces each limit on this machine: cgroups, or only rlimits."""
@@ -235,26 +259,37 @@ class Decision:
     use: bool
     reason: str
     probe: Probe | None = None
+    unenforced: tuple[str, ...] = ()  # limits the sandbox will not enforce, each with why
 
     def posture(self) -> dict[str, Any]:
         """result.json's `sandbox` when no session ran (or before one starts)."""
-        return {
+        found: dict[str, Any] = {
             "kind": "bwrap" if self.use else "none",
             "mode": self.mode.value,
             "reason": self.reason,
         }
+        if self.unenforced:
+            found["unenforced"] = list(self.unenforced)
+        return found
 
 
-def decide(mode: SandboxMode, found: Probe | None = None) -> Decision:
+def decide(
+    mode: SandboxMode, found: Probe | None = None, *, limits: ResourceLimits | None = None
+) -> Decision:
     """auto: the sandbox if the probe passes; required: that or a PreflightError; off: none.
 
-    `found` is a probe result to judge instead of this process's cached one.
+    `found` is a probe result to judge instead of this process's cached one. With `limits`
+    (the spec's), `required` also refuses a limit the spec sets that the sandbox cannot
+    enforce here, and the decision lists every limit left unenforced.
     """
     if mode is SandboxMode.OFF:
         return Decision(mode, False, "sandbox: off in the spec; commands run under the policy")
     found = found or probe()
     if found.ok:
-        return Decision(mode, True, found.reason, found)
+        unenforced = found.unenforced() if limits is not None else ()
+        if mode is SandboxMode.REQUIRED and limits is not None:
+            _refuse_unenforced(limits, unenforced)
+        return Decision(mode, True, found.reason, found, unenforced)
     if mode is SandboxMode.REQUIRED:
         raise PreflightError(
             f"the spec says `sandbox: required`, but the OS sandbox does not work here: "
@@ -267,3 +302,17 @@ def decide(mode: SandboxMode, found: Probe | None = None) -> Decision:
         f"the sandbox probe failed ({found.reason}); commands run under the policy",
         found,
     )
+
+
+def _refuse_unenforced(limits: ResourceLimits, unenforced: tuple[str, ...]) -> None:
+    """`required` with a limit the spec sets and this machine cannot hold: a preflight error."""
+    asked = limits.model_fields_set
+    refused = [gap for gap in unenforced if gap.split(":", 1)[0] in asked]
+    if refused:
+        name = refused[0].split(":", 1)[0]
+        raise PreflightError(
+            f"the spec says `sandbox: required` and sets `limits.{name}: "
+            f"{getattr(limits, name)}`, but the sandbox cannot enforce it here: "
+            f"{refused[0].split(':', 1)[1].strip()}.",
+            fix=PROCESSES_FIX,
+        )

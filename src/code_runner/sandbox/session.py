@@ -24,7 +24,6 @@ from code_runner.sandbox.cgroups import CgroupSet, CgroupSupport
 from code_runner.sandbox.limits import ResourceLimits
 from code_runner.sandbox.profile import (
     SANDBOX_UID,
-    Bind,
     Profile,
     Programs,
     SandboxUser,
@@ -135,10 +134,15 @@ class Session:
         self._masks = mounts.masked_dirs()
         self._secrets = mounts.masked_files()
         private = mounts.private_dirs()
-        self._read_only: list[Bind] = [
+        hidden = mounts.hidden_paths()
+        wanted = [
             *mounts.toolchain_binds(env, self._masks, private),
             *mounts.alternates_binds(workspace.git_dir),
-        ]
+            *mounts.dependency_binds(
+                workspace.source_dir, workspace.work_tree, self._masks, hidden
+            ),
+        ]  # decided here, once, before the first command: never from the agent's tree
+        self._read_only = tuple(b for b in wanted if mounts.exposes(b.source, hidden) is None)
 
     def __enter__(self) -> Session:
         self.open()
@@ -177,15 +181,15 @@ class Session:
         return self._cgroups.controllers if self._cgroups is not None else ()
 
     def profile(self) -> Profile:
-        """The profile for the next command (dependency binds are re-checked each time)."""
+        """The profile for the next command: the session's binds, less any whose mount point
+        in the work tree is no longer a plain directory."""
         ws = self.workspace
-        deps = mounts.dependency_binds(ws.source_dir, ws.work_tree, self._masks)
         controllers = self.cgroup_controllers
         return Profile(
             programs=self.programs,
             work_tree=ws.work_tree,
             git_dir=ws.git_dir,
-            read_only=tuple([*self._read_only, *deps]),
+            read_only=tuple(b for b in self._read_only if mounts.mountable(b, ws.work_tree)),
             masked_dirs=tuple(self._masks),
             masked_files=tuple(self._secrets),
             env=self._env,
@@ -206,12 +210,14 @@ class Session:
         """What the sandbox enforces, for result.json."""
         controllers = self.cgroup_controllers
         limits = self.limits
+        unenforced: list[str] = []
         if "pids" in controllers:
             processes = f"{limits.processes} (cgroup pids.max)"
         elif self.identity is not None:
             processes = f"{limits.processes} (RLIMIT_NPROC of the run's own uid)"
         else:
             processes = "not limited (no writable cgroup; commands share the runner's uid)"
+            unenforced.append(f"processes: {processes}")
         memory = (
             f"{limits.memory_mb} MiB for the command tree (cgroup)"
             if "memory" in controllers
@@ -229,5 +235,6 @@ class Session:
                 "processes": processes,
                 "memory": memory,
             },
+            "unenforced": unenforced,
             "cgroup_error": self.cgroup_error,
         }
