@@ -209,14 +209,11 @@ def single_model(model: type[BaseModel]) -> ModelAt:
     return lambda _parent: model
 
 
-def read_mapping_file(
-    path: Path, *, what: str, max_bytes: int, too_big_hint: str = "", empty_hint: str = ""
-) -> tuple[dict[Any, object] | None, list[str]]:
-    """(mapping, non-fatal problems) or (None, fatal problems). Never raises.
-
-    The format follows the suffix (.json, .yaml/.yml, .toml); any other suffix is tried as
-    JSON, then YAML. Duplicate keys are problems, not a silent last-one-wins.
-    """
+def read_text_file(
+    path: Path, *, what: str, max_bytes: int, too_big_hint: str = ""
+) -> tuple[str | None, list[str]]:
+    """(UTF-8 text, []) or (None, fatal problems): the size cap and the UTF-8 check that every
+    input file goes through before it is parsed. Never raises."""
     try:
         size = path.stat().st_size
         if size > max_bytes:
@@ -230,12 +227,29 @@ def read_mapping_file(
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         return None, [f"the file cannot be read ({reason}); check the path and permissions"]
+    if len(raw) > max_bytes:  # the file grew between stat and read
+        return None, [f"the file is over {max_bytes} bytes; {what} is at most {max_bytes} bytes"]
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig"), []
     except UnicodeDecodeError as exc:
         return None, [
             f"the file is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
         ]
+
+
+def read_mapping_file(
+    path: Path, *, what: str, max_bytes: int, too_big_hint: str = "", empty_hint: str = ""
+) -> tuple[dict[Any, object] | None, list[str]]:
+    """(mapping, non-fatal problems) or (None, fatal problems). Never raises.
+
+    The format follows the suffix (.json, .yaml/.yml, .toml); any other suffix is tried as
+    JSON, then YAML. Duplicate keys are problems, not a silent last-one-wins.
+    """
+    text, unreadable = read_text_file(
+        path, what=what, max_bytes=max_bytes, too_big_hint=too_big_hint
+    )
+    if text is None:
+        return None, unreadable
     fmt = _SUFFIXES.get(path.suffix.lower())
     duplicates: list[tuple[Any, str]] = []
     try:

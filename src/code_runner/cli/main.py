@@ -10,6 +10,7 @@ from code_runner.cli.boundary import entry
 from code_runner.cli.demo_cmd import demo_command
 from code_runner.cli.inspect_cmd import result_command, status_command, watch_command
 from code_runner.cli.maintenance import doctor_command, gc_command, schema_command
+from code_runner.cli.plan_cmd import plan_group
 from code_runner.cli.replay_cmd import replay_command
 from code_runner.cli.run_cmd import dry_run_command, run_command
 from code_runner.cli.supervise_cmd import attach_command, stop_command, summarize_command
@@ -41,6 +42,7 @@ for command in (
     stop_command,
     attach_command,
     summarize_command,
+    plan_group,
 ):
     cli.add_command(command)
 
