@@ -209,7 +209,7 @@ def load_config(source_dir: Path | None = None) -> Config:
 def parse_config(data: Mapping[str, Any], *, source: Path | None = None) -> Config:
     """Validate parsed TOML; SpecError listing every problem at once."""
     problems: list[str] = []
-    unknown = sorted(set(data) - {"backends", "budget"})
+    unknown = sorted(set(data) - {"backends", "budget", "plans"})  # [plans]: code_runner.plans
     problems += [
         f"`{key}`: unknown table; the tables are [budget] and [backends.NAME]" for key in unknown
     ]

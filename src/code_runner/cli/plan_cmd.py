@@ -58,17 +58,27 @@ def _print(validation: Validation, source_given: bool) -> None:
 
 @plan_group.command("validate")
 @click.argument("plan_file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="The git repository the plan is for (default: the current one, if any).")
-@click.option("--base", default="HEAD", show_default=True,
-              help="The commit the first item starts from.")
-@click.option("--allow-cmd", "allow_cmd", multiple=True, metavar="ARGV_JSON",
-              help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.')
+@click.option(
+    "--source",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The git repository the plan is for (default: the current one, if any).",
+)
+@click.option(
+    "--base", default="HEAD", show_default=True, help="The commit the first item starts from."
+)
+@click.option(
+    "--allow-cmd",
+    "allow_cmd",
+    multiple=True,
+    metavar="ARGV_JSON",
+    help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.',
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def validate_command(
     plan_file: Path, source: Path | None, base: str, allow_cmd: tuple[str, ...], as_json: bool
 ) -> int:
-    """Check PLAN_FILE whole and create nothing. Exit 0 valid, 2 invalid."""  # fmt: skip
+    """Check PLAN_FILE whole and create nothing. Exit 0 valid, 2 invalid."""
     approvals = user_approvals(allow_cmd)
     validation = validate_file(plan_file, base=_base_tree(source, base), approvals=approvals)
     if as_json:

@@ -24,7 +24,7 @@ from code_runner.plans.model import CheckType, FileKind, Item, Plan, model_at
 from code_runner.plans.projection import BaseTree, Projection, operation_problem, path_key
 from code_runner.problems import describe_all, short
 
-_ITEM_LOC = re.compile(r"^items\[(\d+)\]")
+_ITEM_LOC = re.compile(r"\bitems\[(\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def _with_item_ids(lines: list[str], data: dict[Any, Any]) -> list[str]:
             return f"{match.group(0)} ({item_id})"
         return match.group(0)
 
-    return [_ITEM_LOC.sub(named, line) for line in lines]
+    return [_ITEM_LOC.sub(named, line, count=1) for line in lines]
 
 
 def _number(item_id: str) -> int:
@@ -200,7 +200,7 @@ def _check_item_files(index: int, item: Item, report: _Report) -> None:
             report.at(index, item, f"{where}.renamed_from", "a rename needs the old path")
         if declared.kind is not FileKind.RENAME and declared.renamed_from is not None:
             report.at(
-                index, item, f"{where}.renamed_from", f"is only for kind rename; set it to null"
+                index, item, f"{where}.renamed_from", "is only for kind rename; set it to null"
             )
         sides = [("path", declared.path)]
         if declared.kind is FileKind.RENAME and declared.renamed_from is not None:

@@ -107,7 +107,8 @@ def parse_allow_cmd(values: Iterable[str]) -> list[tuple[str, ...]]:
     if problems:
         raise UsageError(
             "\n".join(problems),
-            fix='give each --allow-cmd as a JSON list of strings, e.g. \'["python","-m","pytest"]\'',
+            fix="give each --allow-cmd as a JSON list of strings, "
+            'e.g. \'["python","-m","pytest"]\'',
         )
     return entries
 

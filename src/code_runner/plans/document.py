@@ -15,6 +15,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -104,7 +105,10 @@ def parse_json(text: str) -> object:
 
     try:
         data = json.loads(
-            text, object_pairs_hook=pairs, parse_constant=constant, parse_float=floating,
+            text,
+            object_pairs_hook=pairs,
+            parse_constant=constant,
+            parse_float=floating,
             parse_int=integer,
         )
     except json.JSONDecodeError as exc:
@@ -133,7 +137,7 @@ def _check_depth(data: object) -> None:
 # --- YAML -------------------------------------------------------------------------------
 
 
-def _where(mark: yaml.Mark | None) -> str:
+def _where(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
 
 

@@ -37,10 +37,10 @@ def _plan_path(value: str) -> str:
     return value
 
 
-def _text(max_length: int) -> Any:
-    return Annotated[
-        Text, Field(min_length=1, max_length=max_length), AfterValidator(_non_blank)
-    ]
+Text120 = Annotated[Text, Field(min_length=1, max_length=120), AfterValidator(_non_blank)]
+Text400 = Annotated[Text, Field(min_length=1, max_length=400), AfterValidator(_non_blank)]
+Text600 = Annotated[Text, Field(min_length=1, max_length=600), AfterValidator(_non_blank)]
+Text1200 = Annotated[Text, Field(min_length=1, max_length=1200), AfterValidator(_non_blank)]
 
 
 PlanPath = Annotated[Text, Field(min_length=1, max_length=300), AfterValidator(_plan_path)]
@@ -72,20 +72,20 @@ class DeclaredFile(_Strict):
     renamed_from: PlanPath | None = Field(
         description="The old path when kind is rename, otherwise null."
     )
-    change: _text(1200) = Field(description="What changes, naming functions and behaviour.")
+    change: Text1200 = Field(description="What changes, naming functions and behaviour.")
 
 
 class Acceptance(_Strict):
     """How to tell the item is done: a command (run without a shell) or a statement."""
 
     type: CheckType = Field(description="cmd (a command that must exit 0) or check.")
-    text: _text(400) = Field(description="The command line, or the statement to judge.")
+    text: Text400 = Field(description="The command line, or the statement to judge.")
 
 
 class Item(_Strict):
     id: ItemId = Field(description="P1, P2, ... in increasing order.")
-    title: _text(120) = Field(description="Like a good commit subject.")
-    intent: _text(600) = Field(description="Why the item exists.")
+    title: Text120 = Field(description="Like a good commit subject.")
+    intent: Text600 = Field(description="Why the item exists.")
     files: list[DeclaredFile] = Field(
         min_length=1, max_length=40, description="Every file the item touches."
     )
@@ -101,9 +101,9 @@ class Plan(_Strict):
     schema_version: Literal[1] = Field(description="Always 1.")
     issue: Count | None = Field(description="The issue number the plan is for, or null.")
     revision: Count = Field(description="Replaced by the store with the next free number.")
-    summary: _text(600) = Field(description="One or two sentences.")
+    summary: Text600 = Field(description="One or two sentences.")
     items: list[Item] = Field(min_length=1, max_length=MAX_ITEMS, description="In run order.")
-    questions: list[_text(400)] = Field(max_length=10, description="[] when none.")
+    questions: list[Text400] = Field(max_length=10, description="[] when none.")
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

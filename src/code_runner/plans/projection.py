@@ -40,8 +40,9 @@ class BaseTree:
 
 
 def resolve_base(repo: git.Repo, rev: str) -> str:
-    result = repo.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}",
-                      check=False)  # fmt: skip
+    result = repo.run(
+        "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", check=False
+    )
     if not result.ok:
         raise UsageError(
             f"--base {rev!r} is not a commit in {repo.work_tree or repo.git_dir}.",
