@@ -56,7 +56,7 @@ def test_a_valid_plan_lists_each_argv_and_creates_nothing(
           item(3, [file("README.md")])], "P3 runs later"),
         ([item(1, [file("src/app.py")], ["P1"])], "depends on itself"),
         ([item(1, [file("src/app.py")]), item(1, [file("README.md")])], "P1 is used twice"),
-        ([item(2, [file("src/app.py")]), item(1, [file("README.md")])], "number items in run order"),
+        ([item(2, [file("src/app.py")]), item(1, [file("README.md")])], "in run order"),
         ([item(1, [file("README.md", "add")])], "README.md already exists; use kind edit"),
         ([item(1, [file("src/missing.py")])], "does not exist at the base commit"),
         ([item(1, [file("src/app.py", "delete")]), item(2, [file("src/app.py")])],
@@ -102,8 +102,10 @@ def test_an_unapproved_argv_says_how_to_approve_it(tmp_path: Path, repo: Path) -
 
 
 def test_the_source_repos_config_cannot_approve_a_command(tmp_path: Path) -> None:
-    files = {**BASE_FILES,
-             "code-runner.toml": '[plans]\nallowed_commands = [["python","-m","pytest","-q"]]\n'}
+    files = {
+        **BASE_FILES,
+        "code-runner.toml": '[plans]\nallowed_commands = [["python","-m","pytest","-q"]]\n',
+    }
     repo = make_repo(tmp_path / "hostile", files)
     done = validate(tmp_path, repo, plan_data(), "--json")
     assert {c["approved"] for c in json.loads(done.stdout)["commands"]} == {False}

@@ -185,14 +185,14 @@ def migrate(db: sqlite3.Connection, path: Path, now: str) -> int:
     _refuse_newer(path, version, [])
     if version == len(MIGRATIONS):
         return 0
+    if version > 0:  # an existing store: keep a copy of it as it was (outside the write lock)
+        _backup(db, path, version)
     db.execute("BEGIN IMMEDIATE")
     try:
         applied = _applied(db)
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
         _refuse_newer(path, version, applied)
         pending = [(name, fn) for name, fn in MIGRATIONS if name not in applied]
-        if pending and applied:
-            _backup(db, path, version)
         for name, fn in pending:
             fn(db)
             db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (name, now))
