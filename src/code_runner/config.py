@@ -200,7 +200,7 @@ def config_path(source_dir: Path | None) -> Path | None:
 
 
 MAX_CONFIG_BYTES = 1024 * 1024
-_TABLES = ("budget", "backends")
+_TABLES = ("budget", "backends", "plans")  # [plans]: code_runner.plans
 
 
 def load_config(source_dir: Path | None = None) -> Config:
@@ -224,7 +224,7 @@ def parse_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
             "table",
             str(key),
             _TABLES,
-            otherwise="remove it (the tables are [budget] and [backends.NAME])",
+            otherwise="remove it (the tables are [budget], [backends.NAME] and [plans])",
         )
         for key in data
         if key not in _TABLES

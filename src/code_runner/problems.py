@@ -253,6 +253,34 @@ def single_model(model: type[BaseModel]) -> ModelAt:
     return lambda _parent: model
 
 
+def read_text_file(
+    path: Path, *, what: str, max_bytes: int, too_big_hint: str = ""
+) -> tuple[str | None, list[str]]:
+    """(UTF-8 text, []) or (None, fatal problems): the size cap and the UTF-8 check that every
+    input file goes through before it is parsed. Never raises."""
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            hint = f" ({too_big_hint})" if too_big_hint else ""
+            return None, [f"the file is {size} bytes; {what} is at most {max_bytes} bytes{hint}"]
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, ["the file does not exist; check the path"]
+    except IsADirectoryError:
+        return None, [f"is a directory; give the path of {what} (.json, .yaml or .toml)"]
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        return None, [f"the file cannot be read ({reason}); check the path and permissions"]
+    if len(raw) > max_bytes:  # the file grew between stat and read
+        return None, [f"the file is over {max_bytes} bytes; {what} is at most {max_bytes} bytes"]
+    try:
+        return raw.decode("utf-8-sig"), []
+    except UnicodeDecodeError as exc:
+        return None, [
+            f"the file is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
+        ]
+
+
 def read_mapping_file(
     path: Path,
     *,
@@ -269,25 +297,11 @@ def read_mapping_file(
     .toml); any other suffix is tried as JSON, then YAML. Duplicate keys are problems, not a
     silent last-one-wins. An empty file is a problem unless `empty_ok` (then it is `{}`).
     """
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            hint = f" ({too_big_hint})" if too_big_hint else ""
-            return None, [f"the file is {size} bytes; {what} is at most {max_bytes} bytes{hint}"]
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None, ["the file does not exist; check the path"]
-    except IsADirectoryError:
-        return None, [f"is a directory; give the path of {what} (.json, .yaml or .toml)"]
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        return None, [f"the file cannot be read ({reason}); check the path and permissions"]
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        return None, [
-            f"the file is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
-        ]
+    text, unreadable = read_text_file(
+        path, what=what, max_bytes=max_bytes, too_big_hint=too_big_hint
+    )
+    if text is None:
+        return None, unreadable
     fmt = fmt or _SUFFIXES.get(path.suffix.lower())
     duplicates: list[tuple[Any, str]] = []
     try:

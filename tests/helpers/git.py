@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -34,7 +35,7 @@ def git(repo: Path, *args: str, check: bool = True) -> str:
     return result.stdout
 
 
-def make_repo(path: Path, files: dict[str, str | bytes]) -> Path:
+def make_repo(path: Path, files: Mapping[str, str | bytes]) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q")
     for name, content in files.items():

@@ -52,6 +52,10 @@ COMMANDS: dict[str, Lazy] = {
         "Remove workspaces left by killed runs and mark their records abandoned; repair "
         "patches a killed apply left half-applied in a source (from the apply journal).",
     ),
+    "plan": Lazy(
+        "code_runner.cli.plan_cmd:plan_group",
+        "Plans: several items run in order, each verified and committed by code-runner.",
+    ),
     "reject": Lazy(
         "code_runner.cli.apply_cmd:reject_command",
         "Mark a finished run rejected in its record; it will never be applied.",
