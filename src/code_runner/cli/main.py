@@ -52,6 +52,10 @@ COMMANDS: dict[str, Lazy] = {
         "Remove workspaces left by killed runs and mark their records abandoned; repair "
         "patches a killed apply left half-applied in a source (from the apply journal).",
     ),
+    "mcp": Lazy(
+        "code_runner.cli.mcp_cmd:mcp_command",
+        "Serve code-runner's tools to an MCP client (stdio, or --http on loopback).",
+    ),
     "reject": Lazy(
         "code_runner.cli.apply_cmd:reject_command",
         "Mark a finished run rejected in its record; it will never be applied.",
