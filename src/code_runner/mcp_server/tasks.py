@@ -51,7 +51,11 @@ def _checked_spec(limits: Limits, data: Mapping[str, object]) -> dict[str, objec
     elif isinstance(cwd, str):
         spec["cwd"] = str(limits.source(cwd))
     else:
-        raise Refused(f"cwd must be a path string, got {type(cwd).__name__}.", fix="fix cwd.")
+        raise Refused(
+            f"cwd must be a path string, got {type(cwd).__name__}.",
+            fix="set cwd to the absolute path of an allowed source repo, or leave it out "
+            "when the server serves one.",
+        )
     backend = spec.get("backend")
     if isinstance(backend, str):
         limits.backend(backend)
