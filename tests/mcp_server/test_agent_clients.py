@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from code_runner.testing import anthropic_messages as msgs
-from code_runner.testing.scripted_server import ScriptedServer
+from code_runner.testing import responses_api as resp
+from code_runner.testing.scripted_server import ScriptedServer, SseEvent
 from tests.helpers import fingerprint
 from tests.mcp_server.mcp_helpers import calc_source, fix_script, server_log, task_spec
 
@@ -149,4 +150,127 @@ def test_claude_code_hands_a_bug_to_code_runner_over_mcp(tmp_path: Path) -> None
     for suffix in ("request.json", "status.json", "events.jsonl", "rounds.jsonl", "patch"):
         assert (out / f"fix-calc.{suffix}").is_file(), suffix
     assert json.loads((out / "fix-calc.status.json").read_text())["terminal"] is True
+    assert fingerprint(source) == before, "the source changed"
+
+
+# --- Codex: `mcp_servers` in its config; MCP tools arrive as a namespace once connected --
+
+CODEX = REPO / ".tools" / "agent-clis" / "node_modules" / ".bin" / "codex"
+NAMESPACE = "mcp__code_runner"
+
+
+class NamespacedResponses(resp.ResponsesApi):
+    """The Responses API where a step may be a function of its request, and a call named
+    `NAMESPACE.tool` goes out as a namespaced function call (how Codex names MCP tools)."""
+
+    def render(self, turn: Any, request: Mapping[str, Any]) -> Any:
+        if callable(turn):
+            turn = turn(request)
+        events = []
+        for event in super().render(turn, request):
+            data = json.loads(event.data)
+            item = data.get("item")
+            if isinstance(item, dict) and "." in str(item.get("name", "")):
+                item["namespace"], item["name"] = item["name"].split(".", 1)
+            events.append(SseEvent(json.dumps(data), event=event.event))
+        return events
+
+
+def _codex_answers(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON answers of the code-runner tools among a request's tool outputs."""
+    found: list[dict[str, Any]] = []
+    for raw in resp.tool_outputs(request):
+        texts = [raw]
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list):
+            texts += [str(p.get("text", "")) for p in parsed if isinstance(p, dict)]
+        elif isinstance(parsed, str):
+            texts.append(parsed)
+        for text in texts:
+            start = text.find("{")
+            try:
+                data, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and "run_id" in data:
+                found.append(data)
+                break
+    return found
+
+
+def codex_move(spec: dict[str, Any]) -> Callable[[Mapping[str, Any]], resp.Turn]:
+    def move(request: Mapping[str, Any]) -> resp.Turn:
+        names = [t.get("name") for t in request.get("tools") or [] if isinstance(t, dict)]
+        answers = _codex_answers(request)
+        if not answers:
+            if NAMESPACE not in names:
+                return resp.shell("sleep 2")  # the MCP server is still connecting
+            return resp.Turn([resp.FunctionCall(f"{NAMESPACE}.run_task", {"spec": spec})])
+        run_id, last = answers[0]["run_id"], answers[-1]
+        if "patch" in last:
+            return resp.say(f"RUN {run_id} {last['status']}; patch:\n{last['patch']}")
+        tool = "task_result" if last.get("terminal") is True else "task_status"
+        arguments: dict[str, Any] = {"run_id": run_id}
+        if tool == "task_status":
+            arguments["wait_s"] = 20
+        return resp.Turn([resp.FunctionCall(f"{NAMESPACE}.{tool}", arguments)])
+
+    return move
+
+
+def test_codex_hands_a_bug_to_code_runner_over_mcp(tmp_path: Path) -> None:
+    if not os.access(CODEX, os.X_OK):
+        message = f"the codex CLI is not installed at {CODEX}; run ./scripts/bootstrap"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    source = calc_source(tmp_path)
+    before = fingerprint(source)
+    spec = task_spec(source, fix_script(tmp_path))
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    args = ["-m", "code_runner", "mcp", "--allow-source", str(source), "--allow-backend",
+            "scripted"]  # fmt: skip
+    state = os.environ["CODE_RUNNER_STATE_DIR"]
+    with ScriptedServer(NamespacedResponses(), [codex_move(spec)] * 60) as server:
+        provider = (
+            f'{{name="scripted",base_url="{server.base_url}",env_key="CR_TEST_MCP_KEY",'
+            'wire_api="responses",request_max_retries=0,stream_max_retries=0}'
+        )
+        argv = [
+            str(CODEX), "exec", "--json", "--ephemeral", "--skip-git-repo-check",
+            "--ignore-user-config", "--ignore-rules", "--color", "never", "-C", str(tmp_path),
+            "-m", "scripted-model", "-c", "model_provider=scripted",
+            "-c", f"model_providers.scripted={provider}", "-c", 'approval_policy="never"',
+            "--sandbox", "read-only", "--disable", "plugins",
+            "--disable", "unbounded_connection_retries", "-c", "analytics.enabled=false",
+            "-c", f'mcp_servers.code_runner.command="{sys.executable}"',
+            "-c", f"mcp_servers.code_runner.args={json.dumps(args)}",
+            "-c", f'mcp_servers.code_runner.env={{CODE_RUNNER_STATE_DIR="{state}"}}',
+            "-c", 'mcp_servers.code_runner.default_tools_approval_mode="approve"',
+            "--", "Fix calc.py through code-runner.",
+        ]  # fmt: skip
+        env = {**os.environ, "CODEX_HOME": str(codex_home), "CR_TEST_MCP_KEY": KEY}
+        proc = subprocess.run(
+            argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    messages = [
+        e["item"]["text"]
+        for e in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))
+        if e.get("type") == "item.completed" and e["item"].get("type") == "agent_message"
+    ]
+    assert messages and " passed; patch:" in messages[-1], output[-3000:]
+    assert "+    return a * b" in messages[-1]
+    calls = [e["tool"] for e in server_log() if e["kind"] == "tools/call"]
+    assert calls[0] == "run_task" and calls[-1] == "task_result", calls
+    run_id = messages[-1].split()[1]
+    out = Path(state) / "mcp" / "runs" / run_id / "out"
+    result = json.loads((out / "fix-calc.result.json").read_text())
+    assert result["status"] == "passed" and result["source_unchanged"] is True
     assert fingerprint(source) == before, "the source changed"

@@ -43,6 +43,6 @@ def test_an_experiment_runs_to_its_result_and_another_is_stopped(tmp_path: Path)
     done, stopped, after = run(scenario)
     assert done["result"]["success"] is True, done
     assert (source / "out.txt").read_text() == "x"  # experiments run in the source dir
-    assert stopped["stopped"] is True
+    assert stopped["stopped"] is True and after["run_id"] == stopped["run_id"]
     kinds = [e["kind"] for e in server_log()]
     assert kinds.count("experiment_started") == 2 and "experiment_stopped" in kinds
