@@ -32,9 +32,11 @@ def _layers_of_the_doc() -> Layers:
     numbers = sorted({int(layer) for layer in named.values() if layer.isdigit()})
     assert numbers == list(range(1, len(numbers) + 1)), f"layers must be numbered 1..N: {numbers}"
     stack = [frozenset(unit for unit, layer in named.items() if layer == str(n)) for n in numbers]
+    top = stack[-1]
     stack.append(frozenset({"__main__"}))  # `python -m code_runner`: the console entry point
+    # only the commands' layer (the top one) may use what stands beside the stack
     beside = {
-        unit: Beside(imports=frozenset({1}), imported_by=frozenset({"cli"}))
+        unit: Beside(imports=frozenset({1}), imported_by=top)
         for unit, layer in named.items()
         if layer == "beside"
     }

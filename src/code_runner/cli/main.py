@@ -56,6 +56,10 @@ COMMANDS: dict[str, Lazy] = {
         "code_runner.cli.plan_cmd:plan_group",
         "Plans: several items run in order, each verified and committed by code-runner.",
     ),
+    "mcp": Lazy(
+        "code_runner.cli.mcp_cmd:mcp_command",
+        "Serve code-runner's tools to an MCP client (stdio, or --http on loopback).",
+    ),
     "reject": Lazy(
         "code_runner.cli.apply_cmd:reject_command",
         "Mark a finished run rejected in its record; it will never be applied.",
