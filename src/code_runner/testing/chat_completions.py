@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from code_runner.testing.scripted_server import SseEvent
+from code_runner.testing.scripted_server import OpenAIStyle, SseEvent
 
 DEFAULT_MODEL = "scripted-model"
 
@@ -72,29 +72,15 @@ def _pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-class ChatCompletions:
+class ChatCompletions(OpenAIStyle):
     """The `WireProtocol` of Chat Completions."""
 
     name = "chat-completions"
-    base_path = "/v1"
     stream_path = "/v1/chat/completions"
+    error_types: Mapping[int, str] = {429: "rate_limit_error"}
 
     def __init__(self, models: Sequence[str] = (DEFAULT_MODEL,)) -> None:
-        self.models = tuple(models)
-        self._counter = 0
-
-    def static_routes(self) -> Mapping[tuple[str, str], tuple[int, Any]]:
-        listing = {
-            "object": "list",
-            "data": [{"id": m, "object": "model", "owned_by": "scripted"} for m in self.models],
-        }
-        return {("GET", "/v1/models"): (200, listing)}
-
-    def error_body(self, status: int, message: str) -> Any:
-        kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
-        if status == 429:
-            kind = "rate_limit_error"
-        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+        super().__init__(models)
 
     def render(self, turn: Any, request: Mapping[str, Any]) -> list[SseEvent]:
         if not isinstance(turn, Turn):

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from code_runner.testing.scripted_server import SseEvent
+from code_runner.testing.scripted_server import OpenAIStyle, SseEvent
 
 DEFAULT_MODEL = "scripted-model"
 # shell tools Codex has advertised, in order of preference, with how each takes a command
@@ -123,28 +123,15 @@ def shell_call(command: str, request: Mapping[str, Any]) -> FunctionCall:
     )
 
 
-class ResponsesApi:
+class ResponsesApi(OpenAIStyle):
     """The `WireProtocol` of the Responses API (`POST /v1/responses`, streamed)."""
 
     name = "responses"
-    base_path = "/v1"
     stream_path = "/v1/responses"
+    error_codes: Mapping[int, str] = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
 
     def __init__(self, models: Sequence[str] = (DEFAULT_MODEL,)) -> None:
-        self.models = tuple(models)
-        self._counter = 0
-
-    def static_routes(self) -> Mapping[tuple[str, str], tuple[int, Any]]:
-        listing = {
-            "object": "list",
-            "data": [{"id": m, "object": "model", "owned_by": "scripted"} for m in self.models],
-        }
-        return {("GET", "/v1/models"): (200, listing)}
-
-    def error_body(self, status: int, message: str) -> Any:
-        kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
-        code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(status)
-        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        super().__init__(models)
 
     def render(self, turn: Any, request: Mapping[str, Any]) -> list[SseEvent]:
         if not isinstance(turn, Turn):

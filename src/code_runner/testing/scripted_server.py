@@ -67,6 +67,36 @@ class WireProtocol(Protocol):
         ...
 
 
+class OpenAIStyle:
+    """What OpenAI's APIs share on the wire: `/v1/models` and the shape of an error body.
+
+    A subclass names its `stream_path`, renders turns, and may set an error's `type`
+    (`error_types`) and `code` (`error_codes`) per HTTP status.
+    """
+
+    name = "openai-style"
+    base_path = "/v1"
+    error_types: Mapping[int, str] = {}
+    error_codes: Mapping[int, str] = {}
+
+    def __init__(self, models: Sequence[str]) -> None:
+        self.models = tuple(models)
+        self._counter = 0
+
+    def static_routes(self) -> Mapping[tuple[str, str], tuple[int, Any]]:
+        listing = {
+            "object": "list",
+            "data": [{"id": m, "object": "model", "owned_by": "scripted"} for m in self.models],
+        }
+        return {("GET", "/v1/models"): (200, listing)}
+
+    def error_body(self, status: int, message: str) -> Any:
+        kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
+        kind = self.error_types.get(status, kind)
+        code = self.error_codes.get(status)
+        return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
 @dataclass(frozen=True)
 class Reply:
     """A turn with transport effects.
