@@ -133,8 +133,10 @@ class PlanRun:
             while self._admissible():
                 item = self.store.next_item(self.plan_id)
                 assert item is not None
-                self.run_item(runner, item)
+                ended = self.run_item(runner, item)
                 write_views(self.store, self.plan_id, self.out)
+                if ended is not AttemptState.COMPLETED:
+                    break  # a failed item waits for the next `plan run`
         finally:
             self.store.end_run(self.plan_id)
             status = write_views(self.store, self.plan_id, self.out)
@@ -168,7 +170,7 @@ class PlanRun:
 
     # --- one item -------------------------------------------------------------------------
 
-    def run_item(self, runner: RunnerRepo, item_id: str) -> None:
+    def run_item(self, runner: RunnerRepo, item_id: str) -> AttemptState:
         row = self.store.plan(self.plan_id)
         plan = self.store.revision(self.plan_id)
         item = plan.item(item_id)
@@ -201,6 +203,7 @@ class PlanRun:
             unchanged=outcome.unchanged,
             reason=settled.reason,
         )
+        return settled.state
 
     def _attempt(  # noqa: PLR0913 - one attempt's parts
         self,
