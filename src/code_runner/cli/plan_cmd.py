@@ -106,8 +106,8 @@ def _open_store() -> PlanStore:
 
 
 def _find_plan(store: PlanStore, plan: str) -> str:
-    """A plan id, or the id of the plan imported from the file PLAN."""
-    ids = [row["plan_id"] for row in store.plans()]
+    """A plan id, or the one plan whose id starts with PLAN."""
+    ids: list[str] = [str(row["plan_id"]) for row in store.plans()]
     if plan in ids:
         return plan
     matches = [i for i in ids if i.startswith(plan)]
@@ -144,17 +144,36 @@ _EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
 @click.argument("plan_file", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=Path("."))
 @click.option("--base", default="HEAD", show_default=True, help="The commit P1 starts from.")
-@click.option("--backend", default="openai", show_default=True,
-              help="The agent backend for every item; `{item}` is replaced by the item id.")  # fmt: skip
+@click.option(
+    "--backend",
+    default="openai",
+    show_default=True,
+    help="The agent backend for every item; `{item}` is replaced by the item id.",
+)
 @click.option("--max-rounds", type=click.IntRange(1, 20), default=3, show_default=True)
-@click.option("--item-timeout", "item_timeout", type=click.FloatRange(1, 86400), default=1800.0,
-              show_default=True, help="Seconds each item may run.")  # fmt: skip
-@click.option("--allow-cmd", "allow_cmd", multiple=True, metavar="ARGV_JSON",
-              help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.')  # fmt: skip
-@click.option("--output-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Where the plan's record goes (default: the state dir).")  # fmt: skip
+@click.option(
+    "--item-timeout",
+    "item_timeout",
+    type=click.FloatRange(1, 86400),
+    default=1800.0,
+    show_default=True,
+    help="Seconds each item may run.",
+)
+@click.option(
+    "--allow-cmd",
+    "allow_cmd",
+    multiple=True,
+    metavar="ARGV_JSON",
+    help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.',
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where the plan's record goes (default: the state dir).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
-def run_command(  # noqa: PLR0913 - one parameter per option
+def run_command(
     plan_file: Path,
     source: Path,
     base: str,
@@ -266,8 +285,13 @@ def export_command(plan: str, branch: str, through: str | None, as_json: bool) -
             owned={r["sha"] for r in ledger},
             base=row["base"],
         )
-    done = {"plan_id": plan_id, "branch": branch, "commit": last["sha"], "old": old,
-            "items": [r["item"] for r in items]}  # fmt: skip
+    done = {
+        "plan_id": plan_id,
+        "branch": branch,
+        "commit": last["sha"],
+        "old": old,
+        "items": [r["item"] for r in items],
+    }
     if as_json:
         render.print_json(done)
     else:

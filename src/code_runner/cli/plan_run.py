@@ -108,7 +108,7 @@ def run_plan(
 
 
 class PlanRun:
-    def __init__(  # noqa: PLR0913 - the parts of one plan run
+    def __init__(
         self,
         store: PlanStore,
         plan_id: str,
@@ -173,7 +173,7 @@ class PlanRun:
     def run_item(self, runner: RunnerRepo, item_id: str) -> AttemptState:
         row = self.store.plan(self.plan_id)
         plan = self.store.revision(self.plan_id)
-        item = plan.item(item_id)
+        plan.item(item_id)
         number = 1 + sum(1 for a in self.store.attempts(self.plan_id) if a["item"] == item_id)
         where = self.out / "items" / item_id / str(number)
         attempt = self.store.admit(
@@ -205,7 +205,7 @@ class PlanRun:
         )
         return settled.state
 
-    def _attempt(  # noqa: PLR0913 - one attempt's parts
+    def _attempt(
         self,
         runner: RunnerRepo,
         plan: Plan,

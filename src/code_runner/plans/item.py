@@ -86,7 +86,7 @@ def prompt(plan: Plan, item: Item) -> str:
     )
 
 
-def item_spec(  # noqa: PLR0913 - the settings an item run takes from the plan run
+def item_spec(
     plan: Plan,
     item: Item,
     *,
@@ -143,9 +143,7 @@ def judge(result: RunResult, item: Item, later_programs: set[str]) -> Judged:
         return Judged(ok=False, changed=changed, violations=tuple(violations))
     if result.status is not ResultStatus.PASSED:
         why = result.error or result.reason.value
-        return Judged(
-            ok=False, changed=changed, diagnostic=why, timeout=result.reason in _TIMEOUTS
-        )
+        return Judged(ok=False, changed=changed, diagnostic=why, timeout=result.reason in _TIMEOUTS)
     mine = {p.casefold() for p in declared(item)}
     outside = tuple(p for p in changed if p.casefold() not in mine)
     protected = tuple(p for p in changed if is_protected(p, later_programs))
@@ -187,9 +185,7 @@ def item_title(item: Item) -> str:
     return re.sub(r"\bGH-(?=\d)", "GH ", text, flags=re.IGNORECASE)
 
 
-def commit_message(
-    item: Item, *, plan_id: str, revision: int, run_id: str, dod: str
-) -> str:
+def commit_message(item: Item, *, plan_id: str, revision: int, run_id: str, dod: str) -> str:
     return (
         f"{item_title(item)}\n\n"
         f"Plan-Item: {item.id}\nPlan-Revision: r{revision}\nCode-Runner-Plan: {plan_id}\n"

@@ -103,7 +103,12 @@ def plan_status(store: PlanStore, plan_id: str) -> dict[str, Any]:
         "next": _NEXT[status].format(id=plan_id, next=nxt),
         "items": items,
         "checkpoints": [
-            {"kind": c["kind"], "item": c["item"], "head": c["head"], "paths": json.loads(c["paths"])}
+            {
+                "kind": c["kind"],
+                "item": c["item"],
+                "head": c["head"],
+                "paths": json.loads(c["paths"]),
+            }
             for c in checkpoints
         ],
         "updated_at": utc_now(),
