@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 import code_runner.cli.render as render
-from code_runner.errors import PreflightError
+from code_runner.errors import PreflightError, UsageError
 from code_runner.plans import (
     BaseTree,
     Validation,
@@ -18,6 +19,9 @@ from code_runner.plans import (
     validate_file,
 )
 from code_runner.plans.commands import show_argv
+from code_runner.plans.report import plan_status
+from code_runner.plans.store import PlanStore
+from code_runner.repo import git
 
 
 @click.group("plan")
@@ -94,4 +98,202 @@ def validate_command(
 def schema_command() -> int:
     """Print the JSON Schema of a plan file (format version 1)."""
     click.echo(json.dumps(plan_json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def _open_store() -> PlanStore:
+    return PlanStore.open()
+
+
+def _find_plan(store: PlanStore, plan: str) -> str:
+    """A plan id, or the one plan whose id starts with PLAN."""
+    ids: list[str] = [str(row["plan_id"]) for row in store.plans()]
+    if plan in ids:
+        return plan
+    matches = [i for i in ids if i.startswith(plan)]
+    if len(matches) == 1:
+        return matches[0]
+    raise UsageError(
+        f"no plan {plan!r} in the store" + (" (ambiguous)" if matches else "") + ".",
+        fix="`code-runner plan list` shows the plans and their ids.",
+    )
+
+
+def _print_status(status: dict[str, Any]) -> None:
+    out = render.console()
+    out.print(f"plan {status['plan_id']}: {status['status']}  {status['reason']}", markup=False)
+    for item in status["items"]:
+        commit = (item["commit"] or "")[:12]
+        extra = ""
+        if item["out_of_scope"]:
+            extra += " out of scope: " + ", ".join(item["out_of_scope"])
+        for finding in item["findings"]:
+            extra += f" finding: {finding['detail'][:200]}"
+        out.print(
+            f"  {item['id']} {item['state']:<10} {commit:<12} attempts {len(item['attempts'])}"
+            f"  {item['title']}{extra}",
+            markup=False,
+        )
+    out.print(f"next: {status['next']}", markup=False)
+
+
+_EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
+
+
+@plan_group.command("run")
+@click.argument("plan_file", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=Path("."))
+@click.option("--base", default="HEAD", show_default=True, help="The commit P1 starts from.")
+@click.option(
+    "--backend",
+    default="openai",
+    show_default=True,
+    help="The agent backend for every item; `{item}` is replaced by the item id.",
+)
+@click.option("--max-rounds", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option(
+    "--item-timeout",
+    "item_timeout",
+    type=click.FloatRange(1, 86400),
+    default=1800.0,
+    show_default=True,
+    help="Seconds each item may run.",
+)
+@click.option(
+    "--allow-cmd",
+    "allow_cmd",
+    multiple=True,
+    metavar="ARGV_JSON",
+    help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.',
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where the plan's record goes (default: the state dir).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
+def run_command(
+    plan_file: Path,
+    source: Path,
+    base: str,
+    backend: str,
+    max_rounds: int,
+    item_timeout: float,
+    allow_cmd: tuple[str, ...],
+    output_dir: Path | None,
+    as_json: bool,
+) -> int:
+    """Run PLAN_FILE's items in order from the first not done (recovering a dead run first).
+
+    Exit 0 when every item is done; 1 when the plan stopped at a gate or a failed item (see
+    `plan status`); 2 for an invalid plan or an unapproved command; 3 when it is running."""
+    from code_runner.cli.plan_run import RunSettings, run_plan
+
+    settings = RunSettings(
+        backend=backend,
+        max_rounds=max_rounds,
+        item_timeout_s=item_timeout,
+        base_dir=plan_file.resolve().parent,
+        output_dir=output_dir.resolve() if output_dir else None,
+    )
+
+    def progress(kind: str, data: dict[str, Any]) -> None:
+        if not as_json and kind in ("item_running", "item_settled"):
+            words = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, ""))
+            click.echo(f"{kind.replace('_', ' ')}: {words}", err=True)
+
+    status = run_plan(
+        plan_file.resolve(), source.resolve(), base, settings, user_approvals(allow_cmd), progress
+    )
+    if as_json:
+        render.print_json(status)
+    else:
+        _print_status(status)
+    return _EXIT.get(status["status"], 1)
+
+
+@plan_group.command("status")
+@click.argument("plan")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status_command(plan: str, as_json: bool) -> int:
+    """Each item of PLAN (an id from `plan list`): state, commit, attempts, findings, next."""
+    with _open_store() as store:
+        assert isinstance(store, PlanStore)
+        status = plan_status(store, _find_plan(store, plan))
+    if as_json:
+        render.print_json(status)
+    else:
+        _print_status(status)
+    return 0
+
+
+@plan_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the plans as JSON.")
+def list_command(as_json: bool) -> int:
+    """Every plan in the store: id, status, head, source."""
+    with _open_store() as store:
+        rows = [
+            {
+                "plan_id": r["plan_id"],
+                "status": r["status"],
+                "revision": r["revision"],
+                "head": r["head"],
+                "source": r["source_dir"],
+                "updated_at": r["updated_at"],
+            }
+            for r in store.plans()
+        ]
+    if as_json:
+        render.print_json({"plans": rows})
+        return 0
+    for row in rows:
+        click.echo(f"{row['plan_id']}  {row['status']:<15} {row['head'][:12]}  {row['source']}")
+    if not rows:
+        click.echo("no plans yet: `code-runner plan run PLAN_FILE` starts one.")
+    return 0
+
+
+@plan_group.command("export")
+@click.argument("plan")
+@click.option("--branch", required=True, help="The branch to create or move in the source.")
+@click.option("--through", default=None, help="Export up to this item (default: all done).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was exported as JSON.")
+def export_command(plan: str, branch: str, through: str | None, as_json: bool) -> int:
+    """Make BRANCH in the source point at the plan's commits (compare-and-swap; HEAD, the
+    index and the work tree are untouched). A branch holding other commits is refused."""
+    from code_runner.plans.runner_repo import runner_repo
+
+    with _open_store() as store:
+        assert isinstance(store, PlanStore)
+        plan_id = _find_plan(store, plan)
+        row = store.plan(plan_id)
+        ledger = store.ledger(plan_id)
+        if through is not None:
+            items = [r for r in ledger if int(r["item"][1:]) <= int(through.lstrip("Pp") or 0)]
+        else:
+            items = ledger
+        if not items:
+            raise UsageError(f"plan {plan_id} has no commits to export yet.", fix="run it first.")
+        last = items[-1]
+        source = git.open_source(Path(row["source_dir"]))
+        old = runner_repo(plan_id).export_branch(
+            source,
+            branch=branch,
+            sha=last["sha"],
+            ref=last["ref"],
+            owned={r["sha"] for r in ledger},
+            base=row["base"],
+        )
+    done = {
+        "plan_id": plan_id,
+        "branch": branch,
+        "commit": last["sha"],
+        "old": old,
+        "items": [r["item"] for r in items],
+    }
+    if as_json:
+        render.print_json(done)
+    else:
+        click.echo(f"branch {branch} -> {last['sha'][:12]} ({', '.join(done['items'])})")
     return 0

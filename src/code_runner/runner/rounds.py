@@ -20,6 +20,7 @@ from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
 from code_runner.sandbox import Session
 from code_runner.task import TaskSpec
+from code_runner.task.paths import Allowlist
 from code_runner.tools import Toolbox
 
 # an agent CLI's round ended without an answer: the run ends with this reason
@@ -135,18 +136,27 @@ class RoundLoop:
     violations: list[str] = field(default_factory=list)
     dropped: list[dict[str, object]] = field(default_factory=list)
     last_response: str = ""  # the agent's final text of the last round (its RESULT block)
+    # plan-item mode: round 0 never ends the run, a passing round needs no change, and the
+    # audit and tools use `allowlist` (the plan keeps safe undeclared changes and judges them)
+    item_mode: bool = False
+    allowlist: Allowlist | None = None
+
+    @property
+    def policy(self) -> Allowlist:
+        return self.allowlist or self.spec.allowlist_policy
 
     def run(self) -> Ending:
         toolbox = Toolbox(
             self.ws.work_tree,
-            allowlist=self.spec.allowlist_policy,
+            allowlist=self.policy,
             source_dir=self.ws.source_dir,
             env=self.ws.env(),
             events=self.record,
             wrap_argv=self.sandbox.wrap if self.sandbox else None,
         )
         previous = self._baseline()
-        seen = Progress(base_passed=previous.passed, timeout_s=self.spec.timeout_s)
+        base_passed = previous.passed and not self.item_mode
+        seen = Progress(base_passed=base_passed, timeout_s=self.spec.timeout_s)
         for index in range(1, self.spec.max_rounds + 1):
             found = ending(seen)
             if found is not None:
@@ -196,7 +206,7 @@ class RoundLoop:
         outcome = self._agent(index, toolbox, previous)
         self.check_stop()
         self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
-        audit = self.ws.audit(self.spec.allowlist_policy)
+        audit = self.ws.audit(self.policy)
         self._hand_over()  # files the audit restored are root's until handed back
         self.record.emit(EventKind.AUDIT, **audit.to_dict())
         if audit.rejected:
@@ -259,7 +269,7 @@ class RoundLoop:
         else go back to the best. (the verdict, whether the round passed)"""
         self.record.transition(RunState.VERIFYING, step=f"round {index}: DoD")
         verdict = self._dod(f"round {index}")
-        passed = verdict.passed and audit.changed_allowed
+        passed = verdict.passed and (audit.changed_allowed or self.item_mode)
         score = 1.0 if passed else min(verify.score(verdict), 0.49)
         tree = self.ws.keep()
         details.update(verdict=verdict.to_dict(), score=score, passed=passed)

@@ -36,6 +36,7 @@ from code_runner.runner.preflight import Preflight, new_run_id
 from code_runner.runner.rounds import Ending, RoundLoop
 from code_runner.sandbox import Session, open_session
 from code_runner.task import contract, spec_to_request
+from code_runner.task.paths import Allowlist
 
 _FINAL_STATES = {
     ResultStatus.PASSED: RunState.PASSED,
@@ -62,8 +63,18 @@ def apply_ending(outcome: apply.ApplyOutcome) -> Ending | None:
 class TaskRun:
     """One execution of a task. Construct, then `execute()`; the record says the rest."""
 
-    def __init__(self, pre: Preflight, record: RunRecord, run_id: str) -> None:
+    def __init__(
+        self,
+        pre: Preflight,
+        record: RunRecord,
+        run_id: str,
+        *,
+        item_mode: bool = False,
+        allowlist: Allowlist | None = None,
+    ) -> None:
         self.pre = pre
+        self.item_mode = item_mode  # a plan item: see `RoundLoop.item_mode`
+        self.allowlist = allowlist
         self.spec = pre.spec
         self.record = record
         self.run_id = run_id
@@ -86,6 +97,8 @@ class TaskRun:
             deadline=self.deadline,
             check_stop=self._check_stop,
             sandbox=self.sandbox,
+            item_mode=self.item_mode,
+            allowlist=self.allowlist,
         )
         return self.loop.run()
 
@@ -422,9 +435,18 @@ def _version() -> str:
     return __version__
 
 
-def run_task(pre: Preflight, *, listeners: list[Any] | None = None) -> RunResult:
-    """Run a preflighted task to its end. The record is in `pre.spec.output_dir`."""
-    run_id = new_run_id(pre.spec.task_id)
+def run_task(
+    pre: Preflight,
+    *,
+    listeners: list[Any] | None = None,
+    run_id: str | None = None,
+    item_mode: bool = False,
+    allowlist: Allowlist | None = None,
+) -> RunResult:
+    """Run a preflighted task to its end. The record is in `pre.spec.output_dir`.
+
+    `item_mode` and `allowlist` run it as a plan item (see `RoundLoop.item_mode`)."""
+    run_id = run_id or new_run_id(pre.spec.task_id)
     # the run lease lets `gc` finish the record of a run killed at any point
     run_leases.take(run_id, pre.spec.output_dir, pre.spec.task_id)
     record: RunRecord | None = None
@@ -434,7 +456,8 @@ def run_task(pre: Preflight, *, listeners: list[Any] | None = None) -> RunResult
         )
         for listener in listeners or []:
             record.subscribe(listener)
-        return TaskRun(pre, record, run_id).execute()
+        run = TaskRun(pre, record, run_id, item_mode=item_mode, allowlist=allowlist)
+        return run.execute()
     except DiskFull as exc:
         if record is not None and not record.finished:
             record.give_up(exc.message)

@@ -1,0 +1,301 @@
+"""`plan run`: import a plan, recover what a dead run left, run its items in order.
+
+Each item is a normal task run (`runner.run_task` in plan-item mode) in a workspace cloned
+from the plan's runner repo at the previous item's commit; its record is the normal task
+record under `items/Pn/<attempt>/`. The runner judges the result (`plans.item.judge`),
+builds the commit from the verified patch in the runner repo, and hands the store one
+`Outcome`: the store alone decides what the attempt and the plan become.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from code_runner import agents, dirs, files
+from code_runner.errors import CodeRunnerError, RecordError, UsageError
+from code_runner.plans import Approvals, read_base_tree, validate_file
+from code_runner.plans.commands import show_argv
+from code_runner.plans.database import default_plan_id
+from code_runner.plans.item import (
+    commit_message,
+    every_path,
+    item_argvs,
+    item_spec,
+    judge,
+    later_programs,
+)
+from code_runner.plans.lock import plan_lock
+from code_runner.plans.model import Plan
+from code_runner.plans.outcome import Outcome
+from code_runner.plans.report import emit, record_dir, write_views
+from code_runner.plans.runner_repo import (
+    RunnerRepo,
+    attempt_ref,
+    ensure_runner_repo,
+    item_identity,
+)
+from code_runner.plans.states import AttemptState, PlanStatus, RunEnd
+from code_runner.plans.store import PlanStore
+from code_runner.proc import kill_run_processes
+from code_runner.record import RecordPaths, RunRecord
+from code_runner.repo import git, snapshot
+from code_runner.runner import Preflight, run_task
+from code_runner.runner.leases import drop as drop_lease
+from code_runner.sandbox import decide
+from code_runner.sandbox.cgroups import remove_leftovers
+
+RUN_ID_FILE = "run_id"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    backend: str
+    max_rounds: int
+    item_timeout_s: float
+    base_dir: Path  # relative backend arguments (a script file) are read from here
+    output_dir: Path | None
+
+
+def load_plan(plan_file: Path, source: Path, base: str, approvals: Approvals) -> tuple[Plan, str]:
+    """The checked plan and the base commit; every problem, or each unapproved argv, exit 2."""
+    tree = read_base_tree(source, base)
+    validation = validate_file(plan_file, base=tree, approvals=approvals)
+    if not validation.ok or validation.plan is None:
+        raise validation.error()
+    if validation.unapproved:
+        lines = [f"{c.item}: {show_argv(c.argv or ())}" for c in validation.unapproved]
+        raise UsageError(
+            "the plan has commands you have not approved, so it did not start:\n  "
+            + "\n  ".join(lines),
+            fix="approve each exact argv with --allow-cmd '<argv as JSON>' (as shown), or in"
+            " [plans] allowed_commands of your config.",
+        )
+    return validation.plan, tree.commit
+
+
+def run_plan(
+    plan_file: Path,
+    source_dir: Path,
+    base: str,
+    settings: RunSettings,
+    approvals: Approvals,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    plan, base_sha = load_plan(plan_file, source_dir, base, approvals)
+    source = git.open_source(source_dir)
+    plan_id = default_plan_id(plan_file.stem, plan.content_sha256())
+    with plan_lock(plan_id), PlanStore.open() as store:
+        assert isinstance(store, PlanStore)
+        row, _created = store.import_plan(
+            plan,
+            source_dir=source.work_tree or source_dir,
+            source_git_dir=source.git_dir,
+            base=base_sha,
+            plan_id=plan_id,
+            name=plan_file.stem,
+            settings={"output_dir": str(settings.output_dir) if settings.output_dir else None},
+        )
+        plan_id = row["plan_id"]
+        out = record_dir(plan_id, row["settings"])
+        run = PlanRun(store, plan_id, source, settings, out, on_event)
+        return run.execute(base_sha)
+
+
+class PlanRun:
+    def __init__(
+        self,
+        store: PlanStore,
+        plan_id: str,
+        source: git.Repo,
+        settings: RunSettings,
+        out: Path,
+        on_event: Callable[[str, dict[str, Any]], None] | None,
+    ) -> None:
+        self.store, self.plan_id, self.source = store, plan_id, source
+        self.settings, self.out, self.on_event = settings, out, on_event
+
+    def emit(self, kind: str, **data: Any) -> None:
+        emit(self.out, kind, plan=self.plan_id, **data)
+        if self.on_event is not None:
+            self.on_event(kind, data)
+
+    def execute(self, base_sha: str) -> dict[str, Any]:
+        self.recover()
+        runner = ensure_runner_repo(self.plan_id, self.source, base_sha)
+        self.emit("run_started", head=self.store.plan(self.plan_id)["head"])
+        try:
+            while self._admissible():
+                item = self.store.next_item(self.plan_id)
+                assert item is not None
+                ended = self.run_item(runner, item)
+                write_views(self.store, self.plan_id, self.out)
+                if ended is not AttemptState.COMPLETED:
+                    break  # a failed item waits for the next `plan run`
+        finally:
+            self.store.end_run(self.plan_id)
+            status = write_views(self.store, self.plan_id, self.out)
+            self.emit("run_finished", status=status["status"])
+        return status
+
+    def _admissible(self) -> bool:
+        row = self.store.plan(self.plan_id)
+        status = PlanStatus(row["status"])
+        admitting = status in (PlanStatus.READY, PlanStatus.PAUSED, PlanStatus.RUNNING)
+        return admitting and self.store.next_item(self.plan_id) is not None
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """A dead owner's attempts: kill their processes, remove their workspaces, finish
+        their records, and settle them by the store's mapping (before anything is admitted)."""
+        for row in self.store.attempts(self.plan_id):
+            if not AttemptState(row["state"]).active:
+                continue
+            run_id = _run_id(row["record_dir"])
+            if run_id is not None:
+                kill_run_processes(run_id)
+                files.force_rmtree(dirs.workspaces_dir() / run_id)
+                remove_leftovers(run_id)
+                _abandon(Path(row["record_dir"]), row["item"], run_id)
+                drop_lease(run_id)
+        settled = self.store.recover(self.plan_id)
+        for done in settled:
+            self.emit("attempt_recovered", attempt=done.attempt_id, state=done.state.value)
+
+    # --- one item -------------------------------------------------------------------------
+
+    def run_item(self, runner: RunnerRepo, item_id: str) -> AttemptState:
+        row = self.store.plan(self.plan_id)
+        plan = self.store.revision(self.plan_id)
+        plan.item(item_id)
+        number = 1 + sum(1 for a in self.store.attempts(self.plan_id) if a["item"] == item_id)
+        where = self.out / "items" / item_id / str(number)
+        attempt = self.store.admit(
+            self.plan_id,
+            item_id,
+            expected_state_version=row["state_version"],
+            budget_s=1e9,
+            record_dir=str(where),
+        )
+        run_id = f"{self.plan_id[:40]}-{item_id}-{number}-{secrets.token_hex(3)}"
+        where.mkdir(parents=True, exist_ok=True)
+        files.atomic_write_text(where / RUN_ID_FILE, run_id + "\n")
+        self.emit("item_admitted", item=item_id, attempt=attempt["id"], parent=attempt["parent"])
+        try:
+            outcome = self._attempt(runner, plan, item_id, attempt, where, run_id)
+        except CodeRunnerError as exc:
+            outcome = Outcome(end=RunEnd.CAPTURE_FAILURE, diagnostic=exc.render())
+        if outcome.diagnostic.startswith("violation:"):
+            self.store.record_finding(attempt["id"], "violation", outcome.diagnostic)
+        settled = self.store.settle(attempt["id"], outcome)
+        self.emit(
+            "item_settled",
+            item=item_id,
+            state=settled.state.value,
+            plan_status=settled.plan_status.value,
+            commit=outcome.commit.sha if outcome.commit else None,
+            unchanged=outcome.unchanged,
+            reason=settled.reason,
+        )
+        return settled.state
+
+    def _attempt(
+        self,
+        runner: RunnerRepo,
+        plan: Plan,
+        item_id: str,
+        attempt: Any,
+        where: Path,
+        run_id: str,
+    ) -> Outcome:
+        item = plan.item(item_id)
+        settings = self.settings
+        spec = item_spec(
+            plan,
+            item,
+            cwd=runner.clone_source.work_tree or where,
+            output_dir=where,
+            backend=settings.backend,
+            max_rounds=settings.max_rounds,
+            timeout_s=settings.item_timeout_s,
+        ).model_copy(update={"base": attempt["parent"]})
+        source = runner.clone_source
+        pre = Preflight(
+            spec=spec,
+            source=source,
+            base=attempt["parent"],
+            agent=agents.make_agent(
+                spec.backend, base_dir=settings.base_dir, source_dir=self.source.work_tree
+            ),
+            sandbox=decide(spec.sandbox, limits=spec.limits),
+        )
+        before = snapshot.take(self.source)
+        self.store.mark_running(attempt["id"])
+        self.emit("item_running", item=item_id, run_id=run_id)
+        result = run_task(pre, run_id=run_id, item_mode=True, allowlist=every_path())
+        after = snapshot.take(self.source)
+        changed = snapshot.differences(before, after)
+        if changed:
+            return Outcome(
+                end=RunEnd.FAILED,
+                diagnostic="violation: the source repo changed during the item: "
+                + "; ".join(changed),
+            )
+        judged = judge(result, item, later_programs(plan, item))
+        if judged.violations:
+            return Outcome(
+                end=RunEnd.FAILED, diagnostic="violation: " + "; ".join(judged.violations)
+            )
+        if not judged.ok:
+            end = RunEnd.TIMEOUT if judged.timeout else RunEnd.FAILED
+            return Outcome(end=end, diagnostic=judged.diagnostic, stop_reason=result.reason.value)
+        if judged.unchanged:
+            return Outcome(end=RunEnd.OK, unchanged=True, stop_reason=result.reason.value)
+        patch = Path(result.patch_artifact or where / "missing.patch").read_bytes()
+        message = commit_message(
+            item,
+            plan_id=self.plan_id,
+            revision=attempt["revision"],
+            run_id=run_id,
+            dod="passed" if item_argvs(item) else "none",
+        )
+        commit = runner.build_commit(
+            parent=attempt["parent"],
+            patch=patch,
+            message=message,
+            identity=item_identity(self.source),
+            ref=attempt_ref(attempt["id"]),
+        )
+        self.emit("commit_built", item=item_id, sha=commit.sha)
+        return Outcome(
+            end=RunEnd.OK,
+            commit=commit,
+            out_of_scope=judged.out_of_scope,
+            protected=judged.protected,
+            stop_reason=result.reason.value,
+        )
+
+
+def _run_id(record: str | None) -> str | None:
+    if not record:
+        return None
+    with contextlib.suppress(OSError):
+        return (Path(record) / RUN_ID_FILE).read_text().strip() or None
+    return None
+
+
+def _abandon(output_dir: Path, task_id: str, run_id: str) -> None:
+    with contextlib.suppress(RecordError, OSError):
+        record = RunRecord.reopen(RecordPaths(output_dir, task_id))
+        if record.run_id == run_id:
+            record.mark_abandoned("the plan process died while this item ran")
+
+
+def status_json(status: dict[str, Any]) -> str:
+    return json.dumps(status, indent=2, sort_keys=True)
