@@ -188,7 +188,7 @@ def run_command(
 
     Exit 0 when every item is done; 1 when the plan stopped at a gate or a failed item (see
     `plan status`); 2 for an invalid plan or an unapproved command; 3 when it is running."""
-    from code_runner.cli.plan_run import RunSettings, run_plan
+    from code_runner.plans.execute import RunSettings, run_plan
 
     settings = RunSettings(
         backend=backend,

@@ -19,8 +19,8 @@ from typing import Any
 
 from code_runner import agents, dirs, files
 from code_runner.errors import CodeRunnerError, RecordError, UsageError
-from code_runner.plans import Approvals, read_base_tree, validate_file
-from code_runner.plans.commands import show_argv
+from code_runner.plans.checks import validate_file
+from code_runner.plans.commands import Approvals, show_argv
 from code_runner.plans.database import default_plan_id
 from code_runner.plans.item import (
     commit_message,
@@ -33,6 +33,7 @@ from code_runner.plans.item import (
 from code_runner.plans.lock import plan_lock
 from code_runner.plans.model import Plan
 from code_runner.plans.outcome import Outcome
+from code_runner.plans.projection import read_base_tree
 from code_runner.plans.report import emit, record_dir, write_views
 from code_runner.plans.runner_repo import (
     RunnerRepo,
