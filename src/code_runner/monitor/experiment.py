@@ -10,8 +10,8 @@ happens, the record is completed in `finally`.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import re
 import select
 import signal
 import time
@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from code_runner import proc
+import code_runner.monitor.watchdog as watchdog
+from code_runner import files, proc
 from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError
 from code_runner.monitor.adjust import diagnosis
@@ -33,15 +34,15 @@ from code_runner.monitor.checks import (
 )
 from code_runner.monitor.detect import Detection
 from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Reply, Situation, Stop
-from code_runner.monitor.finish import Outcome, finish_run
+from code_runner.monitor.finish import Outcome, finish_run, make_watch
 from code_runner.monitor.launch import Launched, TreeSample, launch
+from code_runner.monitor.orphans import register, unregister
 from code_runner.monitor.record import ExperimentRecord, MonitorEvent
 from code_runner.monitor.result import AlertRecord, ExperimentResult, KillSummary
-from code_runner.monitor.spec import ExperimentSpec, ExperimentType
+from code_runner.monitor.spec import ExperimentSpec
 from code_runner.monitor.state import ExperimentState, can_move
 from code_runner.monitor.status import status
-from code_runner.monitor.ui import MonitorUI
-from code_runner.monitor.watch import OutputWatch
+from code_runner.monitor.ui import MonitorUI, PlainUI, make_console
 
 TAIL_REFRESH_S = 0.5
 
@@ -94,18 +95,7 @@ class Experiment:
         self.memory = MemoryCheck(spec.memory_factor, spec.memory_warmup_s)
         self.plateau = PlateauCheck(spec.patience, spec.min_delta)
         self.progress = ProgressCheck(spec.slow_ratio, spec.progress_total)
-        self.watch = OutputWatch(
-            record.stdout_path,
-            record.stderr_path,
-            spec.cwd,
-            spec.monitor,
-            parse_metrics=self.kind is ExperimentType.TRAINING
-            or spec.metric is not None
-            or spec.metric_regex is not None,
-            parse_progress=self.kind in (ExperimentType.ETL, ExperimentType.SIMULATION)
-            or spec.progress_total is not None,
-            metric_regex=re.compile(spec.metric_regex) if spec.metric_regex else None,
-        )
+        self.watch = make_watch(spec, self.kind, record)
         self.alerts: list[AlertRecord] = []
         self.dialogue = Dialogue(ui, record, self.policy)
         self.check_no = 0
@@ -117,6 +107,9 @@ class Experiment:
         self.timed_out = False
         self.cleaning_up = False
         self.started_s = 0.0
+        self.watchdog: proc.Process | None = None
+        self.watchdog_pid: int | None = None
+        self.hung_up = False
 
     @property
     def deadline_s(self) -> float:
@@ -132,6 +125,46 @@ class Experiment:
             MonitorEvent.STATE_CHANGED, from_state=self.state.value, to_state=target.value, **data
         )
         self.state = target
+
+    def _guard(self, launched: Launched) -> None:
+        """Start the watchdog that holds the timeout if this monitor dies; register for gc."""
+        files.atomic_write_text(self.record.spec_path, self.spec.model_dump_json(indent=2) + "\n")
+        config = watchdog.WatchdogConfig(
+            monitor_pid=os.getpid(),
+            monitor_started_at=watchdog.started_at(os.getpid()),
+            job_pid=launched.pid,
+            job_started_at=watchdog.started_at(launched.pid),
+            token=launched.token,
+            deadline_at=self.deadline_at(),
+            grace_s=self.spec.grace_s,
+            poll_s=min(5.0, self.spec.interval_s),
+        )
+        guard = watchdog.start(self.record, config)
+        launched.exclude.add(guard.pid)
+        self.watchdog = guard
+        self.watchdog_pid = guard.pid
+        register(self.record.run_dir)
+        self.record.emit(MonitorEvent.WATCHDOG_STARTED, pid=guard.pid, monitor_pid=os.getpid())
+
+    def deadline_at(self) -> float:
+        """The deadline on the wall clock (epoch seconds), for the watchdog and status.json."""
+        return time.time() + (self.deadline_s - time.monotonic())
+
+    def _hangup(self, signum: int, frame: object) -> None:
+        """The terminal is gone (closed, `tmux kill-session`): go on detached, in silence."""
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            with contextlib.suppress(OSError):
+                os.dup2(null, fd)
+        os.close(null)
+        self.hung_up = True
+
+    def _detach_ui(self) -> None:
+        """After SIGHUP: no terminal to read or write; the record says so."""
+        self.hung_up = False
+        self.ui = PlainUI(make_console(open(os.devnull, "w")))  # noqa: SIM115 - lives as long as the run
+        self.dialogue.ui = self.ui
+        self.record.emit(MonitorEvent.DETACHED, signal="SIGHUP", monitor_pid=os.getpid())
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.started_s
@@ -156,6 +189,7 @@ class Experiment:
             reasons=list(self.detection.reasons),
             uncertain=self.detection.uncertain,
         )
+        signal.signal(signal.SIGHUP, self._hangup)
         try:
             launched = launch(
                 self.spec.argv,
@@ -170,6 +204,7 @@ class Experiment:
             raise
         self.started_s = launched.started_s
         self._move(ExperimentState.RUNNING, pid=launched.pid)
+        self._guard(launched)
         self._write_status(launched)
         # SIGTERM stops the experiment as Ctrl-C does; once the tree is being killed, more
         # signals wait: the kill and the record must finish.
@@ -185,7 +220,15 @@ class Experiment:
             self.spec, self.kind, self.detection, self.record, self.watch, self.progress, outcome
         )
         self._write_status(launched, finished=True)
+        self._release_watchdog()
         return result
+
+    def _release_watchdog(self) -> None:
+        """The record is complete: the watchdog has nothing left to hold."""
+        if self.watchdog is not None:
+            self.watchdog.send_signal(signal.SIGTERM)
+            self.watchdog.wait_exit(5.0)
+        unregister(self.record.run_dir)
 
     def _outcome(
         self,
@@ -237,6 +280,8 @@ class Experiment:
     def _loop(self, launched: Launched) -> None:
         next_check = self.started_s + self.spec.interval_s
         while True:
+            if self.hung_up:
+                self._detach_ui()
             if launched.poll() is not None:
                 return
             now = time.monotonic()

@@ -6,6 +6,7 @@ Collection reads only declared paths and the run's own logs, and the result is r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -62,6 +63,22 @@ class Outcome:
 
     def result_fields(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def make_watch(spec: ExperimentSpec, kind: ExperimentType, record: ExperimentRecord) -> OutputWatch:
+    """The output watch an experiment of `kind` gets (the monitor's, or a watchdog's at the end)."""
+    return OutputWatch(
+        record.stdout_path,
+        record.stderr_path,
+        spec.cwd,
+        spec.monitor,
+        parse_metrics=kind is ExperimentType.TRAINING
+        or spec.metric is not None
+        or spec.metric_regex is not None,
+        parse_progress=kind in (ExperimentType.ETL, ExperimentType.SIMULATION)
+        or spec.progress_total is not None,
+        metric_regex=re.compile(spec.metric_regex) if spec.metric_regex else None,
+    )
 
 
 def finish_run(

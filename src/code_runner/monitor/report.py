@@ -67,6 +67,8 @@ def render_report(result: ExperimentResult) -> str:
         f"| tree CPU time | {result.cpu_s:.1f} s |",
         f"| checks | {result.checks} every {result.interval_s:g} s |",
     ]
+    if result.stop_reason:
+        lines.append(f"| stopped because | {_cell(result.stop_reason)} |")
     if result.kill is not None:
         k = result.kill
         lines.append(
