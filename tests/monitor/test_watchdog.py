@@ -138,6 +138,14 @@ def test_monitor_sigkilled_watchdog_holds_the_timeout_and_finishes_the_record(
     time.sleep(1.0)
     assert not dead(job) and not dead(helper), "only the hard timeout kills"
     assert not (run_dir / "result.json").exists()
+    shown = subprocess.run(
+        [PY, "-m", "code_runner", "status", str(run_dir)], capture_output=True, text=True
+    )
+    assert f"monitor pid {monitor.pid} is gone; its watchdog (pid {watchdog})" in shown.stdout
+    as_json = subprocess.run(
+        [PY, "-m", "code_runner", "status", "--json", str(run_dir)], capture_output=True
+    )
+    assert json.loads(as_json.stdout)["status"]["watchdog_pid"] == watchdog
     assert wait_for(lambda: (run_dir / "result.json").exists(), 20)
     result = load_result(run_dir)
     assert result.state.value == "timed_out" and result.exit_code == 124
@@ -185,10 +193,19 @@ def test_gc_finishes_a_record_past_its_deadline(tmp_path: Path) -> None:
     monitor.wait()
     time.sleep(2.0)  # the deadline passes with nobody holding it
     assert not dead(job)
-    found = collect_orphans()
-    assert found[0].action == "finished it as timed_out" and found[0].killed >= 2
+    listed = subprocess.run(
+        [PY, "-m", "code_runner", "gc", "--json"], capture_output=True, text=True, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    found = json.loads(listed.stdout)["experiments"]
+    assert found[0]["run_dir"] == str(run_dir.resolve())
+    assert found[0]["action"] == "finished it as timed_out" and found[0]["killed"] >= 2
     assert dead(job) and dead(helper)
     assert load_result(run_dir).kill is not None
+    shown = subprocess.run(
+        [PY, "-m", "code_runner", "status", str(run_dir)], capture_output=True, text=True
+    )
+    assert "TIMED_OUT" in shown.stdout
 
 
 def test_a_setsid_escapee_without_the_token_is_killed_at_the_timeout(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from code_runner.monitor import (
     default_run_dir,
     detect_type,
     load_experiment_spec,
+    start_detached,
 )
 
 _TYPES = ", ".join(t.value for t in ExperimentType)
@@ -99,10 +100,16 @@ _TYPES = ", ".join(t.value for t in ExperimentType)
 )
 @click.option("--progress-total", metavar="N", help="Total for counters that do not print one.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before running.")
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Run in the background: print the run dir and return at once (see `status`).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
     spec_path: str | None,
     yes: bool,
+    detach: bool,
     command: tuple[str, ...],
     **options: Any,
 ) -> None:
@@ -142,6 +149,9 @@ def exec_command(
             click.get_current_context().exit(1)
     else:
         ui.show_plan(spec, detection, run_dir)
+    if detach:
+        click.echo(str(start_detached(spec, detection, run_dir)))
+        return
     record = ExperimentRecord(run_dir)
     result = Experiment(spec, detection, record, ui).run()
     ui.finished(result, run_dir)

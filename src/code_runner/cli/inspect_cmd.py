@@ -73,6 +73,10 @@ def status_command(target: Path, tail_events: int, as_json: bool) -> int:
     An experiment's run dir (`code-runner exec`) works too.
     """
     if target.is_dir() and (target / "status.json").exists():
+        if as_json:
+            events = files.read_jsonl(target / "events.jsonl")[-tail_events:] if tail_events else []
+            render.print_json({"status": _load_json(target / "status.json"), "events": events})
+            return 0
         render.console().print(render_status(target), markup=False)
         return 0
     status_path, events_path = locate(target)

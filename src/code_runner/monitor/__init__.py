@@ -4,9 +4,11 @@
 build a spec, detect the type, run an `Experiment` into an `ExperimentRecord`, read a result back.
 """
 
+from code_runner.monitor.detach import start_detached
 from code_runner.monitor.detect import Detection, detect_type
 from code_runner.monitor.experiment import Experiment
 from code_runner.monitor.launch import check_launchable
+from code_runner.monitor.orphans import Orphan, collect_orphans
 from code_runner.monitor.record import ExperimentRecord, check_run_dir, default_run_dir
 from code_runner.monitor.report import render_report, render_status
 from code_runner.monitor.result import ExperimentResult, load_result
@@ -27,16 +29,19 @@ __all__ = [
     "ExperimentSpec",
     "ExperimentState",
     "ExperimentType",
+    "Orphan",
     "PlainUI",
     "TerminalUI",
     "build_spec",
     "check_launchable",
     "check_run_dir",
     "choose_ui",
+    "collect_orphans",
     "default_run_dir",
     "detect_type",
     "load_experiment_spec",
     "load_result",
     "render_report",
     "render_status",
+    "start_detached",
 ]

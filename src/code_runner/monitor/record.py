@@ -50,12 +50,14 @@ def default_run_dir(base: Path) -> Path:
 
 
 DETACHED_LOG = "monitor.log"  # a detached monitor's own output, opened before the record
+DETACHED_SPEC = "detach.json"  # the spec `exec --detach` hands its background monitor
+_PRESEEDED = frozenset({DETACHED_LOG, DETACHED_SPEC})
 
 
 def check_run_dir(run_dir: Path) -> None:
     """Refuse a run dir that already holds files: a record is never mixed with another."""
     if run_dir.exists() and (
-        not run_dir.is_dir() or any(p.name != DETACHED_LOG for p in run_dir.iterdir())
+        not run_dir.is_dir() or any(p.name not in _PRESEEDED for p in run_dir.iterdir())
     ):
         raise UsageError(
             f"run dir {run_dir} already exists and is not empty",

@@ -205,8 +205,31 @@ def render_status(run_dir: Path) -> str:
             fix="pass the --run-dir of a `code-runner exec` run",
         ) from None
     state = str(status.get("state", "?")).upper()
-    return (
+    text = (
         f"{state} for {_duration(float(status.get('elapsed_s', 0)))}"
         f", check #{status.get('check_no', 0)}, pid {status.get('pid', '?')}\n"
         f"updated: {status.get('updated_at', '?')}"
     )
+    return text + _monitor_note(status)
+
+
+def _monitor_note(status: dict[str, object]) -> str:
+    """Say so when the monitor is gone: the status is no longer being refreshed."""
+    monitor = status.get("monitor_pid")
+    if not isinstance(monitor, int) or status.get("finished") or _pid_alive(monitor):
+        return ""
+    guard = status.get("watchdog_pid")
+    held = (
+        f"its watchdog (pid {guard}) holds the timeout"
+        if isinstance(guard, int) and _pid_alive(guard)
+        else "nothing holds the timeout: run `code-runner gc`"
+    )
+    return f"\nmonitor pid {monitor} is gone; {held}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from code_runner import files, proc
 from code_runner.monitor.launch import KillReport, _scan_proc
 from code_runner.monitor.record import ExperimentRecord, MonitorEvent
+from code_runner.monitor.salvage import finish_orphan
 
 HUNG_MARGIN_S = 30.0  # a live monitor that lets the deadline pass by this much is hung
 _POLL_S = 0.05
@@ -174,8 +175,6 @@ def deadline_at(record: ExperimentRecord, config: WatchdogConfig) -> float:
 
 def hold(record: ExperimentRecord) -> str:
     """Watch until the record is finished; what happened, in a word."""
-    from code_runner.monitor.orphans import finish_orphan
-
     config = load_config(record)
     tree = Tree(config)
     lost = False
