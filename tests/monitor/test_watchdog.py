@@ -164,7 +164,7 @@ def test_monitor_sigkilled_watchdog_holds_the_timeout_and_finishes_the_record(
 
 def test_gc_finds_a_record_whose_monitor_and_watchdog_are_dead(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    monitor = _start(tmp_path, run_dir, "3")
+    monitor = _start(tmp_path, run_dir, "6")
     job, helper = _pids(tmp_path)
     os.kill(_status(run_dir)["watchdog_pid"], signal.SIGKILL)
     monitor.kill()
