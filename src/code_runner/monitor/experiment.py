@@ -215,6 +215,7 @@ class Experiment:
         final = self._final_state(launched.poll())
         self._move(final, returncode=launched.returncode)
         self.watch.pump(final=True)
+        self._final_divergence()
         outcome = self._outcome(final, launched.returncode, started_at, interrupted)
         result = finish_run(
             self.spec, self.kind, self.detection, self.record, self.watch, self.progress, outcome
@@ -338,7 +339,9 @@ class Experiment:
             AlertKind.STALL_SUSPECTED: self.stall.observe(obs),
             AlertKind.RESOURCE_ALERT: self.memory.observe(obs),
         }
+        self.watch.sample_refreshed()
         if self.watch.parse_metrics:
+            findings[AlertKind.DIVERGED] = self._diverged(obs.elapsed_s)
             metric = self.watch.watched_metric(self.spec.metric)
             values = self.watch.series.values(metric) if metric else []
             findings[AlertKind.METRIC_PLATEAU] = self.plateau.observe(
@@ -351,6 +354,26 @@ class Experiment:
             if alert is not None and episode is not None:
                 self._raise_alert(alert, repeated=episode is Episode.REPEATED)
         self._write_status(launched)
+
+    def _diverged(self, elapsed_s: float) -> Alert | None:
+        """A NaN or inf metric: the run diverged (advisory, like every alert)."""
+        if not self.watch.diverged:
+            return None
+        shown = ", ".join(f"{k} = {v}" for k, v in self.watch.diverged.items())
+        return Alert(
+            AlertKind.DIVERGED,
+            self.check_no,
+            elapsed_s,
+            f"Metric went non-finite ({shown}): the run has diverged.",
+            {k: str(v) for k, v in self.watch.diverged.items()},
+        )
+
+    def _final_divergence(self) -> None:
+        """A divergence printed after the last check still reaches the alerts and report."""
+        if any(a.kind == AlertKind.DIVERGED.value for a in self.alerts):
+            return
+        if self.watch.parse_metrics and (alert := self._diverged(self._elapsed())):
+            self._raise_alert(alert, repeated=False)
 
     def _raise_alert(self, alert: Alert, *, repeated: bool) -> None:
         self.alerts.append(

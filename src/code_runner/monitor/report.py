@@ -34,7 +34,22 @@ def headline(result: ExperimentResult) -> str:
         exit_text += f", signal {result.signal}"
     verdict = "criteria met" if result.success else "criteria NOT met"
     state = result.state.value.upper()
-    return f"{state} ({exit_text}) after {_duration(result.duration_s)}; {verdict}"
+    text = f"{state} ({exit_text}) after {_duration(result.duration_s)}; {verdict}"
+    return "; ".join([text, *warnings(result)])
+
+
+def warnings(result: ExperimentResult) -> list[str]:
+    """What must not be missed even when the command succeeded: divergence, no metric."""
+    found: list[str] = []
+    diverged = next((a for a in result.alerts if a.kind == "DIVERGED"), None)
+    if diverged is not None:
+        values = ", ".join(f"{k} = {v}" for k, v in diverged.data.items())
+        found.append(f"DIVERGED ({values})")
+    if result.type == "training" and not result.metrics:
+        found.append(
+            "NO METRIC: nothing like `loss: 0.5` was found in the output (see --metric-regex)"
+        )
+    return found
 
 
 def _memory(result: ExperimentResult) -> str:

@@ -8,6 +8,7 @@ files only count as activity.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class OutputWatch:
         self.series = MetricSeries()
         self.progress: Progress | None = None
         self._recent: deque[str] = deque(maxlen=_RECENT_LINES)
+        self.diverged: dict[str, float] = {}  # metric -> the first NaN/inf it showed
+        self._refreshed: dict[str, float] = {}  # the latest `\r`-refreshed values (tqdm)
 
     def _monitored(self) -> list[Path]:
         return [path for pattern in self.patterns for path in expand(self.cwd, pattern)]
@@ -92,7 +95,7 @@ class OutputWatch:
         for name, reader in self.streams.items():
             segments = reader.read_new(final=final)
             for seg in segments:
-                self._parse(seg.text, None)
+                self._parse(seg.text, None, refreshed=seg.overwritten)
             cut = len(segments)
             while cut and segments[cut - 1].overwritten:
                 cut -= 1
@@ -112,17 +115,39 @@ class OutputWatch:
             )
             for seg in reader.read_new(final=final):
                 self._parse(seg.text, csv_parser)
+        if final:
+            self.sample_refreshed()
         return shown
 
-    def _parse(self, text: str, csv_parser: CsvRowParser | None) -> None:
+    def sample_refreshed(self) -> None:
+        """Take the latest `\r`-refreshed values (a tqdm postfix) as one point: once per
+        check, so a bar redrawn 50 times a second does not make 50 points."""
+        if self._refreshed:
+            self._add(self._refreshed)
+            self._refreshed = {}
+
+    def _add(self, values: dict[str, float]) -> None:
+        finite = {k: v for k, v in values.items() if math.isfinite(v)}
+        for name, value in values.items():
+            if not math.isfinite(value):
+                self.diverged.setdefault(name, value)
+        if finite:
+            self.series.add(finite)
+
+    def _parse(
+        self, text: str, csv_parser: CsvRowParser | None, *, refreshed: bool = False
+    ) -> None:
         if not text.strip():
             return
         if self.parse_metrics:
             values = (
                 csv_parser.parse(text) if csv_parser else parse_metrics(text, self.metric_regex)
             )
-            if values:
-                self.series.add(values)
+            if values and refreshed:
+                self._refreshed = values
+            elif values:
+                self._refreshed = {}  # a whole line supersedes the bar's last redraw
+                self._add(values)
         if self.parse_progress and csv_parser is None and (p := parse_progress(text)):
             self.progress = p
 
