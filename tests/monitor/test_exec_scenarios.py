@@ -269,3 +269,28 @@ def test_spec_file_with_a_shell_command_and_monitored_log(tmp_path: Path) -> Non
     result = ran.result()
     assert result.criteria[0].observed == "last loss = 0.3"
     assert next(m for m in result.metrics if m.name == "loss").points == 6
+
+
+def test_a_nan_training_run_is_reported_as_diverged(tmp_path: Path) -> None:
+    body = (
+        "import time\nfor epoch in range(20):\n"
+        "    print(f'epoch {epoch} loss {float(\"nan\") if epoch > 2 else 0.7}', flush=True)\n"
+        "    time.sleep(0.02)\n"
+    )
+    name = script(tmp_path, "train.py", body)
+    ran = run_exec(tmp_path, [*FAST, "--type", "training", "--", PY, name])
+    result = ran.result()
+    assert "DIVERGED" in ran.alert_kinds()
+    diverged = next(a for a in result.alerts if a.kind == "DIVERGED")
+    assert diverged.data == {"loss": "nan"}
+    report = (ran.run_dir / "experiment_result.md").read_text()
+    assert "DIVERGED (loss = nan)" in report.splitlines()[2]  # in the headline
+    assert "DIVERGED" in ran.out
+
+
+def test_a_training_run_without_any_metric_says_so(tmp_path: Path) -> None:
+    name = script(tmp_path, "train.py", "print('training started')\nprint('saved model.pt')\n")
+    ran = run_exec(tmp_path, [*FAST, "--type", "training", "--", PY, name])
+    assert ran.code == 0
+    assert "NO METRIC" in ran.out
+    assert "NO METRIC" in (ran.run_dir / "experiment_result.md").read_text()
