@@ -294,3 +294,15 @@ def test_a_training_run_without_any_metric_says_so(tmp_path: Path) -> None:
     assert ran.code == 0
     assert "NO METRIC" in ran.out
     assert "NO METRIC" in (ran.run_dir / "experiment_result.md").read_text()
+
+
+def test_a_python_command_runs_unbuffered_and_the_record_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    body = "import os\nprint(os.environ.get('PYTHONUNBUFFERED'))\n"
+    name = script(tmp_path, "env_probe.py", body)
+    ran = run_exec(tmp_path, [*FAST, "--", PY, name])
+    assert (ran.run_dir / "stdout.log").read_text() == "1\n"
+    started = next(e for e in ran.events() if e["kind"] == "run_started")
+    assert started["env_added"] == {"PYTHONUNBUFFERED": "1"}

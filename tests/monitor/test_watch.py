@@ -73,3 +73,22 @@ def test_nan_and_inf_are_kept_aside_as_divergence(tmp_path: Path) -> None:
     assert watch.series.values("loss") == [0.7]
     assert str(watch.diverged["loss"]) == "nan"
     assert watch.series.values("val_loss") == [0.9]
+
+
+def test_a_final_row_count_does_not_replace_progress_against_a_total(tmp_path: Path) -> None:
+    watch, out, _err = _watch(tmp_path, parse_metrics=False)
+    out.write_text("processed 50000/50000\nwrote 40256 rows\n")
+    watch.pump(final=True)
+    assert watch.progress is not None
+    assert (watch.progress.done, watch.progress.total) == (50000, 50000)
+
+
+def test_monitored_files_are_read_from_their_size_at_launch(tmp_path: Path) -> None:
+    watch, _out, _err = _watch(tmp_path, parse_metrics=True)
+    log = tmp_path / "metrics.csv"
+    log.write_text("epoch,loss\n0,0.5\n1,0.5\n2,0.5\n")  # an earlier run's lines
+    watch.start_at_current_sizes()
+    with log.open("a") as f:
+        f.write("epoch,loss\n0,0.9\n")
+    watch.pump()
+    assert watch.series.values("loss") == [0.9]

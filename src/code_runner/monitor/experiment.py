@@ -89,6 +89,9 @@ class Experiment:
         self.record = record
         self.ui = ui
         self.env = dict(os.environ if env is None else env)
+        python = _is_python(spec.argv) and "PYTHONUNBUFFERED" not in self.env
+        self.env_added = {"PYTHONUNBUFFERED": "1"} if python else {}
+        self.env.update(self.env_added)  # block buffering would deliver every line at exit
         self.state = ExperimentState.STARTING
         self.policy = AlertPolicy()
         self.stall = StallCheck(spec.stall_checks, python_hint=_is_python(spec.argv))
@@ -181,6 +184,7 @@ class Experiment:
             cwd=str(self.spec.cwd),
             timeout_s=self.spec.timeout_s,
             interval_s=self.spec.interval_s,
+            env_added=self.env_added,
         )
         self.record.emit(
             MonitorEvent.TYPE_DETECTED,
@@ -190,6 +194,7 @@ class Experiment:
             uncertain=self.detection.uncertain,
         )
         signal.signal(signal.SIGHUP, self._hangup)
+        self.watch.start_at_current_sizes()
         try:
             launched = launch(
                 self.spec.argv,

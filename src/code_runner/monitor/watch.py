@@ -105,7 +105,7 @@ class OutputWatch:
             self._recent.extend(lines)
             shown[name] = Shown(tuple(lines), (partial.strip() and partial) or rewriting)
             if self.parse_progress and not final and partial and (p := parse_progress(partial)):
-                self.progress = p
+                self._progressed(p)
         for path in self._monitored():
             if path.is_dir() or path.suffix.lower() in _BINARY_SUFFIXES:
                 continue
@@ -149,7 +149,22 @@ class OutputWatch:
                 self._refreshed = {}  # a whole line supersedes the bar's last redraw
                 self._add(values)
         if self.parse_progress and csv_parser is None and (p := parse_progress(text)):
-            self.progress = p
+            self._progressed(p)
+
+    def _progressed(self, new: Progress) -> None:
+        """A bare count (`wrote 40256 rows`) never replaces progress against a total
+        (`processed 50000/50000`): it counts something else."""
+        if new.total is None and self.progress is not None and self.progress.total is not None:
+            return
+        self.progress = new
+
+    def start_at_current_sizes(self) -> None:
+        """Monitored files that exist before launch are read from their current size:
+        bytes an earlier run appended are not this run's."""
+        for path in self._monitored():
+            if path.is_file():
+                reader = self.files.setdefault(path, SegmentReader(path))
+                reader.offset = _stat(path)[0]
 
     def activity(self) -> tuple[tuple[str, int, int], ...]:
         """(name, size, mtime_ns) of everything watched: any change means "not stalled"."""
