@@ -477,8 +477,10 @@ class Experiment:
     def _final_state(self, returncode: int | None) -> ExperimentState:
         if self.timed_out:
             return ExperimentState.TIMED_OUT
-        if self.stop_reason is not None or self.early_stop_sent:
+        if self.stop_reason is not None:
             return ExperimentState.KILLED
+        if self.early_stop_sent:
+            return ExperimentState.STOPPED_BY_USER
         if returncode == 0:
             return ExperimentState.COMPLETED
         return ExperimentState.CRASHED

@@ -105,7 +105,7 @@ def finish_run(
     )
     criteria = tuple(judge(c, evidence) for c in spec.criteria())
     success = (
-        outcome.state is ExperimentState.COMPLETED
+        outcome.state in (ExperimentState.COMPLETED, ExperimentState.STOPPED_BY_USER)
         and all(c.passed for c in criteria)
         and not any(o.missing for o in outputs)
     )
