@@ -11,6 +11,7 @@ Testing note: the check interval is bounded to 10..300 s; the environment variab
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -32,9 +33,12 @@ from code_runner.monitor import (
     check_launchable,
     check_run_dir,
     choose_ui,
+    compare_runs,
     default_run_dir,
     detect_type,
     load_experiment_spec,
+    render_compare_csv,
+    render_compare_table,
     start_detached,
 )
 
@@ -122,9 +126,16 @@ def exec_command(
     period, SIGKILL. The record (events.jsonl, status.json, stdout.log, stderr.log,
     result.json, experiment_result.md, plots) goes to --run-dir.
 
-    Exit codes: 0 completed with the criteria met; 1 crashed, criteria not met, killed
-    by you, or not started; 2 bad input; 124 timeout; 130 interrupted.
+    `code-runner exec compare RUN_DIR... [--json|--csv]` shows finished runs side by side
+    (command, flags, state, duration, final and best metrics).
+
+    Exit codes: 0 completed (or stopped early at your request) with the criteria met;
+    1 crashed, criteria not met, killed by you, or not started; 2 bad input; 124 timeout;
+    130 interrupted.
     """
+    if _is_compare(command):
+        _compare(command[1:])
+        return
     spec, source = _spec_from(spec_path, command, options)
     check_launchable(spec.argv, spec.cwd, os.environ)
     run_dir = spec.run_dir or default_run_dir(Path.cwd())
@@ -156,6 +167,27 @@ def exec_command(
     result = Experiment(spec, detection, record, ui).run()
     ui.finished(result, run_dir)
     _exit_for(result, spec, run_dir, source)
+
+
+_COMPARE_FLAGS = ("--json", "--csv")
+
+
+def _is_compare(command: tuple[str, ...]) -> bool:
+    """`exec compare RUN_DIR...`: every other word a flag of compare's or a run dir."""
+    if command[:1] != ("compare",):
+        return False
+    dirs = [a for a in command[1:] if a not in _COMPARE_FLAGS]
+    return bool(dirs) and all((Path(d) / "status.json").is_file() for d in dirs)
+
+
+def _compare(args: tuple[str, ...]) -> None:
+    rows = compare_runs([Path(a) for a in args if a not in _COMPARE_FLAGS])
+    if "--json" in args:
+        click.echo(json.dumps(rows, indent=2))
+    elif "--csv" in args:
+        click.echo(render_compare_csv(rows), nl=False)
+    else:
+        click.echo(render_compare_table(rows))
 
 
 def _spec_from(

@@ -4,6 +4,7 @@
 build a spec, detect the type, run an `Experiment` into an `ExperimentRecord`, read a result back.
 """
 
+from code_runner.monitor.compare import compare_runs, render_compare_csv, render_compare_table
 from code_runner.monitor.detach import start_detached
 from code_runner.monitor.detect import Detection, detect_type
 from code_runner.monitor.experiment import Experiment
@@ -37,10 +38,13 @@ __all__ = [
     "check_run_dir",
     "choose_ui",
     "collect_orphans",
+    "compare_runs",
     "default_run_dir",
     "detect_type",
     "load_experiment_spec",
     "load_result",
+    "render_compare_csv",
+    "render_compare_table",
     "render_report",
     "render_status",
     "start_detached",
