@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from code_runner import files
 from code_runner.errors import Interrupted, RunTimeout, UsageError
 from code_runner.monitor import (
     Detection,
@@ -29,6 +30,7 @@ from code_runner.monitor import (
     ExperimentState,
     ExperimentType,
     PlainUI,
+    RunVerdict,
     build_spec,
     check_launchable,
     check_run_dir,
@@ -36,9 +38,12 @@ from code_runner.monitor import (
     compare_runs,
     default_run_dir,
     detect_type,
+    judge_runs,
     load_experiment_spec,
+    recorded_spec,
     render_compare_csv,
     render_compare_table,
+    render_validation,
     start_detached,
 )
 
@@ -105,6 +110,12 @@ _TYPES = ", ".join(t.value for t in ExperimentType)
 @click.option("--progress-total", metavar="N", help="Total for counters that do not print one.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before running.")
 @click.option(
+    "--validate",
+    "validate_dir",
+    metavar="RUN_DIR",
+    help="Re-run RUN_DIR's recorded command and say whether it reproduced.",
+)
+@click.option(
     "--detach",
     is_flag=True,
     help="Run in the background: print the run dir and return at once (see `status`).",
@@ -114,6 +125,7 @@ def exec_command(
     spec_path: str | None,
     yes: bool,
     detach: bool,
+    validate_dir: str | None,
     command: tuple[str, ...],
     **options: Any,
 ) -> None:
@@ -136,7 +148,7 @@ def exec_command(
     if _is_compare(command):
         _compare(command[1:])
         return
-    spec, source = _spec_from(spec_path, command, options)
+    spec, source = _spec_from(spec_path, command, options, validate_dir)
     check_launchable(spec.argv, spec.cwd, os.environ)
     run_dir = spec.run_dir or default_run_dir(Path.cwd())
     check_run_dir(run_dir)
@@ -166,7 +178,24 @@ def exec_command(
     record = ExperimentRecord(run_dir)
     result = Experiment(spec, detection, record, ui).run()
     ui.finished(result, run_dir)
+    if validate_dir is not None:
+        _report_validation(Path(validate_dir), run_dir)
     _exit_for(result, spec, run_dir, source)
+
+
+def _report_validation(original: Path, rerun: Path) -> None:
+    validation = judge_runs(original, rerun)
+    files.atomic_write_text(rerun / "validation.json", validation.model_dump_json(indent=2))
+    click.echo(render_validation(validation))
+    if validation.verdict is not RunVerdict.REPRODUCIBLE:
+        click.get_current_context().exit(1)
+
+
+def _rerun_dir(validate_dir: str) -> str:
+    """Beside the original: `<RUN_DIR>-validate-<time-id>`."""
+    original = Path(validate_dir).resolve()
+    fresh = default_run_dir(original.parent).name
+    return str(original.parent / f"{original.name}-validate-{fresh}")
 
 
 _COMPARE_FLAGS = ("--json", "--csv")
@@ -191,11 +220,24 @@ def _compare(args: tuple[str, ...]) -> None:
 
 
 def _spec_from(
-    spec_path: str | None, command: tuple[str, ...], options: dict[str, Any]
+    spec_path: str | None,
+    command: tuple[str, ...],
+    options: dict[str, Any],
+    validate_dir: str | None = None,
 ) -> tuple[ExperimentSpec, str]:
     file_options: dict[str, Any] = {}
     source = "command line"
-    if spec_path:
+    if validate_dir is not None:
+        if command or spec_path:
+            raise UsageError(
+                "--validate re-runs the recorded command: give no command and no --spec",
+                fix=f"run: code-runner exec --validate {validate_dir}",
+            )
+        recorded = recorded_spec(Path(validate_dir))
+        file_options = recorded.model_dump(mode="json", exclude={"run_dir"})
+        options = {**options, "run_dir": options.get("run_dir") or _rerun_dir(validate_dir)}
+        source = f"{validate_dir}/spec.json"
+    elif spec_path:
         file_options = load_experiment_spec(Path(spec_path))
         source = spec_path
     cli = {key.rstrip("_"): value for key, value in options.items()}

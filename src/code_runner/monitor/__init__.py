@@ -21,6 +21,13 @@ from code_runner.monitor.spec import (
 )
 from code_runner.monitor.state import ExperimentState
 from code_runner.monitor.ui import PlainUI, TerminalUI, choose_ui
+from code_runner.monitor.validate import (
+    RunVerdict,
+    Validation,
+    judge_runs,
+    recorded_spec,
+    render_validation,
+)
 
 __all__ = [
     "Detection",
@@ -32,7 +39,9 @@ __all__ = [
     "ExperimentType",
     "Orphan",
     "PlainUI",
+    "RunVerdict",
     "TerminalUI",
+    "Validation",
     "build_spec",
     "check_launchable",
     "check_run_dir",
@@ -41,11 +50,14 @@ __all__ = [
     "compare_runs",
     "default_run_dir",
     "detect_type",
+    "judge_runs",
     "load_experiment_spec",
     "load_result",
+    "recorded_spec",
     "render_compare_csv",
     "render_compare_table",
     "render_report",
     "render_status",
+    "render_validation",
     "start_detached",
 ]
