@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ print(f"epoch 0 loss {0.5 + n} acc 0.9", flush=True)
 """
 
 
-def _validate(tmp_path: Path, run_dir: Path) -> tuple[int, str, dict[str, object]]:
+def _validate(tmp_path: Path, run_dir: Path) -> tuple[int, str, dict[str, Any]]:
     rerun = tmp_path / "rerun"
     ran = run_exec(tmp_path, ["--validate", str(run_dir), "--yes"], run_dir=rerun)
     data = json.loads((rerun / "validation.json").read_text())
@@ -63,8 +64,8 @@ def test_a_deterministic_run_is_reproducible(tmp_path: Path) -> None:
     code, out, data = _validate(tmp_path, first.run_dir)
     assert code == 0, out
     assert data["verdict"] == "REPRODUCIBLE"
-    assert [m["verdict"] for m in data["metrics"]] == ["MATCH"]  # type: ignore[index]
-    assert [o["verdict"] for o in data["outputs"]] == ["MATCH"]  # type: ignore[index]
+    assert [m["verdict"] for m in data["metrics"]] == ["MATCH"]
+    assert [o["verdict"] for o in data["outputs"]] == ["MATCH"]
     assert "REPRODUCIBLE" in out and "loss" in out
 
 
@@ -74,7 +75,7 @@ def test_seeded_noise_is_within_tolerance(tmp_path: Path) -> None:
     code, out, data = _validate(tmp_path, first.run_dir)
     assert code == 0, out
     metrics = data["metrics"]
-    assert [m["verdict"] for m in metrics] == ["WITHIN_TOLERANCE"]  # type: ignore[union-attr]
+    assert [m["verdict"] for m in metrics] == ["WITHIN_TOLERANCE"]
     assert data["verdict"] == "REPRODUCIBLE"
 
 
@@ -84,7 +85,7 @@ def test_a_drifting_metric_is_partially_reproducible(tmp_path: Path) -> None:
     code, _out, data = _validate(tmp_path, first.run_dir)
     assert code == 1
     assert data["verdict"] == "PARTIALLY_REPRODUCIBLE"
-    verdicts = {m["name"]: m["verdict"] for m in data["metrics"]}  # type: ignore[union-attr]
+    verdicts = {m["name"]: m["verdict"] for m in data["metrics"]}
     assert verdicts == {"loss": "MISMATCH", "acc": "MATCH"}
 
 
