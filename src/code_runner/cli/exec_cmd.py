@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from code_runner import files
-from code_runner.errors import Interrupted, RunTimeout, UsageError
+from code_runner.errors import CodeRunnerError, Interrupted, RunTimeout, UsageError
 from code_runner.monitor import (
     Detection,
     Experiment,
@@ -46,6 +46,7 @@ from code_runner.monitor import (
     render_validation,
     start_detached,
 )
+from code_runner.repo import git
 
 _TYPES = ", ".join(t.value for t in ExperimentType)
 
@@ -176,11 +177,35 @@ def exec_command(
         click.echo(str(start_detached(spec, detection, run_dir)))
         return
     record = ExperimentRecord(run_dir)
-    result = Experiment(spec, detection, record, ui).run()
+    provenance = {"git": _git_state(spec.cwd, run_dir)}
+    result = Experiment(spec, detection, record, ui, provenance=provenance).run()
     ui.finished(result, run_dir)
     if validate_dir is not None:
         _report_validation(Path(validate_dir), run_dir)
     _exit_for(result, spec, run_dir, source)
+
+
+_MAX_DIFF_BYTES = 8 * 1024 * 1024
+
+
+def _git_state(cwd: Path, run_dir: Path) -> dict[str, object]:
+    """The cwd's repo: its commit and, when dirty, the diff against it (in `git.diff`)."""
+    try:
+        repo = git.open_source(cwd)
+    except CodeRunnerError:
+        return {"commit": None}
+    commit = git.head_commit(repo)
+    if commit is None:
+        return {"commit": None, "work_tree": str(repo.work_tree)}
+    diff = repo.run("diff", "--no-ext-diff", "--binary", "HEAD", check=False).stdout
+    untracked = repo.z("ls-files", "--others", "--exclude-standard", "-z", check=False)
+    state: dict[str, object] = {"commit": commit, "work_tree": str(repo.work_tree)}
+    state["untracked"] = len(untracked)
+    if diff:
+        files.atomic_write_bytes(run_dir / "git.diff", diff[:_MAX_DIFF_BYTES])
+        state["diff"] = "git.diff"
+        state["diff_truncated"] = len(diff) > _MAX_DIFF_BYTES
+    return state
 
 
 def _report_validation(original: Path, rerun: Path) -> None:

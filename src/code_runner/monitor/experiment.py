@@ -34,9 +34,10 @@ from code_runner.monitor.checks import (
 )
 from code_runner.monitor.detect import Detection
 from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Reply, Situation, Stop
-from code_runner.monitor.finish import Outcome, finish_run, make_watch
+from code_runner.monitor.finish import PROVENANCE_FILE, Outcome, finish_run, make_watch
 from code_runner.monitor.launch import Launched, TreeSample, launch
 from code_runner.monitor.orphans import register, unregister
+from code_runner.monitor.provenance import capture as capture_provenance
 from code_runner.monitor.record import ExperimentRecord, MonitorEvent
 from code_runner.monitor.result import AlertRecord, ExperimentResult, KillSummary
 from code_runner.monitor.spec import ExperimentSpec
@@ -82,6 +83,7 @@ class Experiment:
         record: ExperimentRecord,
         ui: MonitorUI,
         env: Mapping[str, str] | None = None,
+        provenance: Mapping[str, object] | None = None,
     ) -> None:
         self.spec = spec
         self.detection = detection
@@ -92,6 +94,7 @@ class Experiment:
         python = _is_python(spec.argv) and "PYTHONUNBUFFERED" not in self.env
         self.env_added = {"PYTHONUNBUFFERED": "1"} if python else {}
         self.env.update(self.env_added)  # block buffering would deliver every line at exit
+        self.provenance = dict(provenance or {})
         self.state = ExperimentState.STARTING
         self.policy = AlertPolicy()
         self.stall = StallCheck(spec.stall_checks, python_hint=_is_python(spec.argv))
@@ -195,6 +198,10 @@ class Experiment:
         )
         signal.signal(signal.SIGHUP, self._hangup)
         self.watch.start_at_current_sizes()
+        files.atomic_write_json(
+            self.record.run_dir / PROVENANCE_FILE,
+            {**capture_provenance(self.spec, self.env), **self.provenance},
+        )
         try:
             launched = launch(
                 self.spec.argv,

@@ -6,6 +6,7 @@ Collection reads only declared paths and the run's own logs, and the result is r
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, fields
 from typing import Any
@@ -34,6 +35,7 @@ from code_runner.proc import read_head_tail
 
 MAX_PLOTS = 8
 _EVIDENCE_BYTES = 16 * 1024 * 1024
+PROVENANCE_FILE = "provenance.json"
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ def finish_run(
     watched = watch.watched_metric(spec.metric) if watch.parse_metrics else None
     result = ExperimentResult(
         **outcome.result_fields(),
+        run_id=record.run_dir.name,
+        provenance=_provenance(record),
         success=success,
         command=spec.command,
         display_command=spec.display_command,
@@ -123,6 +127,7 @@ def finish_run(
         timeout_s=spec.timeout_s,
         interval_s=spec.interval_s,
         stderr_tail=tuple(tail_lines(record.stderr_path)),
+        stdout_tail=tuple(tail_lines(record.stdout_path)),
         criteria=criteria,
         outputs=outputs,
         metrics=metrics,
@@ -149,6 +154,14 @@ def finish_run(
         duration_s=result.duration_s,
     )
     return result
+
+
+def _provenance(record: ExperimentRecord) -> dict[str, Any]:
+    try:
+        data = json.loads((record.run_dir / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _metric_summaries(watch: OutputWatch, record: ExperimentRecord) -> tuple[MetricSummary, ...]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from code_runner.errors import RecordError
 from code_runner.monitor.checks import mib
+from code_runner.monitor.passport import passport_lines
 from code_runner.monitor.result import ExperimentResult, load_result
 from code_runner.monitor.summarize import TableSummary
 
@@ -99,11 +100,14 @@ def render_report(result: ExperimentResult) -> str:
     lines += _outputs_section(result)
     lines += _metrics_section(result)
     lines += _alerts_section(result)
+    lines += ["", "## Last lines of stdout", ""]
+    lines += ["```text", *result.stdout_tail, "```"] if result.stdout_tail else ["(empty)"]
     lines += ["", "## Last lines of stderr", ""]
     if result.stderr_tail:
         lines += ["```text", *result.stderr_tail, "```"]
     else:
         lines.append("(stderr was empty)")
+    lines += passport_lines(result)
     lines += [
         "",
         "Full output: `stdout.log`, `stderr.log`; every event: `events.jsonl`; "
