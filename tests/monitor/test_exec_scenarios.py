@@ -306,3 +306,18 @@ def test_a_python_command_runs_unbuffered_and_the_record_says_so(
     assert (ran.run_dir / "stdout.log").read_text() == "1\n"
     started = next(e for e in ran.events() if e["kind"] == "run_started")
     assert started["env_added"] == {"PYTHONUNBUFFERED": "1"}
+
+
+def test_notify_runs_the_users_command_on_each_alert_and_at_the_end(tmp_path: Path) -> None:
+    name = script(tmp_path, "hang.py", "import time\nprint('start', flush=True)\ntime.sleep(1.2)\n")
+    log = tmp_path / "notes.txt"
+    notify = (
+        f'echo "$CODE_RUNNER_NOTIFY_EVENT|$CODE_RUNNER_ALERT|$CODE_RUNNER_STATE|'
+        f'$CODE_RUNNER_NOTIFY_TEXT" >> {log}'
+    )
+    ran = run_exec(tmp_path, [*FAST, "--stall-checks", "2", "--notify", notify, "--", PY, name])
+    assert ran.code == 0, ran.err
+    notes = log.read_text().splitlines()
+    assert notes[0].startswith("alert|STALL_SUSPECTED||[STALL_SUSPECTED]")
+    assert notes[-1].startswith("finished||completed|COMPLETED (exit 0)")
+    assert [e["exit_code"] for e in ran.events() if e["kind"] == "notified"] == [0] * len(notes)

@@ -109,6 +109,11 @@ _TYPES = ", ".join(t.value for t in ExperimentType)
     "--slow-ratio", metavar="X", help="Slow progress below X of the early rate (default 0.5)."
 )
 @click.option("--progress-total", metavar="N", help="Total for counters that do not print one.")
+@click.option(
+    "--notify",
+    metavar="CMD",
+    help="Shell command run on each alert and at the end, with the news in its environment.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before running.")
 @click.option(
     "--validate",

@@ -10,7 +10,6 @@ happens, the record is completed in `finally`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
@@ -36,14 +35,16 @@ from code_runner.monitor.detect import Detection
 from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Reply, Situation, Stop
 from code_runner.monitor.finish import PROVENANCE_FILE, Outcome, finish_run, make_watch
 from code_runner.monitor.launch import Launched, TreeSample, launch
+from code_runner.monitor.notify import notify
 from code_runner.monitor.orphans import register, unregister
 from code_runner.monitor.provenance import capture as capture_provenance
 from code_runner.monitor.record import ExperimentRecord, MonitorEvent
+from code_runner.monitor.report import headline
 from code_runner.monitor.result import AlertRecord, ExperimentResult, KillSummary
 from code_runner.monitor.spec import ExperimentSpec
 from code_runner.monitor.state import ExperimentState, can_move
 from code_runner.monitor.status import status
-from code_runner.monitor.ui import MonitorUI, PlainUI, make_console
+from code_runner.monitor.ui import MonitorUI, PlainUI, make_console, silence_terminal
 
 TAIL_REFRESH_S = 0.5
 
@@ -135,20 +136,9 @@ class Experiment:
     def _guard(self, launched: Launched) -> None:
         """Start the watchdog that holds the timeout if this monitor dies; register for gc."""
         files.atomic_write_text(self.record.spec_path, self.spec.model_dump_json(indent=2) + "\n")
-        config = watchdog.WatchdogConfig(
-            monitor_pid=os.getpid(),
-            monitor_started_at=watchdog.started_at(os.getpid()),
-            job_pid=launched.pid,
-            job_started_at=watchdog.started_at(launched.pid),
-            token=launched.token,
-            deadline_at=self.deadline_at(),
-            grace_s=self.spec.grace_s,
-            poll_s=min(5.0, self.spec.interval_s),
-        )
-        guard = watchdog.start(self.record, config)
+        guard = watchdog.start_for(self.record, self.spec, launched, self.deadline_at())
         launched.exclude.add(guard.pid)
-        self.watchdog = guard
-        self.watchdog_pid = guard.pid
+        self.watchdog, self.watchdog_pid = guard, guard.pid
         register(self.record.run_dir)
         self.record.emit(MonitorEvent.WATCHDOG_STARTED, pid=guard.pid, monitor_pid=os.getpid())
 
@@ -158,11 +148,7 @@ class Experiment:
 
     def _hangup(self, signum: int, frame: object) -> None:
         """The terminal is gone (closed, `tmux kill-session`): go on detached, in silence."""
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            with contextlib.suppress(OSError):
-                os.dup2(null, fd)
-        os.close(null)
+        silence_terminal()
         self.hung_up = True
 
     def _detach_ui(self) -> None:
@@ -234,6 +220,14 @@ class Experiment:
         )
         self._write_status(launched, finished=True)
         self._release_watchdog()
+        notify(
+            self.spec.notify,
+            self.record,
+            self.env,
+            event="finished",
+            text=f"{headline(result)}: {self.spec.display_command}",
+            state=result.state.value,
+        )
         return result
 
     def _release_watchdog(self) -> None:
@@ -382,9 +376,8 @@ class Experiment:
 
     def _final_divergence(self) -> None:
         """A divergence printed after the last check still reaches the alerts and report."""
-        if any(a.kind == AlertKind.DIVERGED.value for a in self.alerts):
-            return
-        if self.watch.parse_metrics and (alert := self._diverged(self._elapsed())):
+        seen = any(a.kind == AlertKind.DIVERGED.value for a in self.alerts)
+        if not seen and self.watch.parse_metrics and (alert := self._diverged(self._elapsed())):
             self._raise_alert(alert, repeated=False)
 
     def _raise_alert(self, alert: Alert, *, repeated: bool) -> None:
@@ -409,6 +402,15 @@ class Experiment:
             advisory=True,
         )
         self.dialogue.offer(alert, repeated=repeated)
+        text = f"[{alert.kind.value}] {self.spec.display_command}: {alert.detail}"
+        notify(
+            self.spec.notify,
+            self.record,
+            self.env,
+            event="alert",
+            text=text,
+            alert=alert.kind.value,
+        )
 
     def _write_status(self, launched: Launched, *, finished: bool = False) -> None:
         now_s = time.monotonic()

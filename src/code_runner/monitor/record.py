@@ -41,6 +41,7 @@ class MonitorEvent(StrEnum):
     WATCHDOG_STARTED = "watchdog_started"
     DETACHED = "detached"
     MONITOR_LOST = "monitor_lost"
+    NOTIFIED = "notified"
 
 
 def default_run_dir(base: Path) -> Path:

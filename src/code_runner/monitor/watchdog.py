@@ -26,9 +26,10 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from code_runner import files, proc
-from code_runner.monitor.launch import KillReport, _scan_proc
+from code_runner.monitor.launch import KillReport, Launched, _scan_proc
 from code_runner.monitor.record import ExperimentRecord, MonitorEvent
 from code_runner.monitor.salvage import finish_orphan
+from code_runner.monitor.spec import ExperimentSpec
 
 HUNG_MARGIN_S = 30.0  # a live monitor that lets the deadline pass by this much is hung
 _POLL_S = 0.05
@@ -94,6 +95,23 @@ def restart(record: ExperimentRecord) -> int:
         timeout_s=30.0,
     )
     return int(done.stdout.decode().strip() or 0) if done.ok else 0
+
+
+def start_for(
+    record: ExperimentRecord, spec: ExperimentSpec, launched: Launched, deadline_at: float
+) -> proc.Process:
+    """The watchdog of a command this process just launched."""
+    config = WatchdogConfig(
+        monitor_pid=os.getpid(),
+        monitor_started_at=started_at(os.getpid()),
+        job_pid=launched.pid,
+        job_started_at=started_at(launched.pid),
+        token=launched.token,
+        deadline_at=deadline_at,
+        grace_s=spec.grace_s,
+        poll_s=min(5.0, spec.interval_s),
+    )
+    return start(record, config)
 
 
 class Tree:
