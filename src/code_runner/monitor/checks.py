@@ -16,7 +16,7 @@ design (DESIGN.md, "Facts for the experiment monitor"):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from code_runner.monitor.alerts import Alert, AlertKind
 from code_runner.monitor.launch import TreeSample
@@ -38,6 +38,30 @@ class Observation:
     elapsed_s: float
     tree: TreeSample
     activity: tuple[tuple[str, int, int], ...]
+
+
+@dataclass
+class Peaks:
+    """The latest tree sample, the highest values seen, and memory at each check (for the
+    memory-over-time plot): (elapsed s, RSS, PSS)."""
+
+    last: TreeSample = field(default_factory=lambda: TreeSample(0, 0.0, 0, None, ()))
+    rss: int = 0
+    pss: int | None = None
+    processes: int = 0
+    samples: list[tuple[float, int, int | None]] = field(default_factory=list)
+
+    def add(self, sample: TreeSample, *, elapsed_s: float | None = None) -> None:
+        self.last = sample
+        self.rss = max(self.rss, sample.rss_bytes)
+        if sample.pss_bytes is not None:
+            self.pss = max(self.pss or 0, sample.pss_bytes)
+        self.processes = max(self.processes, sample.processes)
+        if elapsed_s is not None and len(self.samples) < MAX_MEMORY_SAMPLES:
+            self.samples.append((round(elapsed_s, 3), sample.rss_bytes, sample.pss_bytes))
+
+
+MAX_MEMORY_SAMPLES = 20_000
 
 
 def mib(n_bytes: float) -> str:

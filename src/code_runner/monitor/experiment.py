@@ -15,7 +15,6 @@ import select
 import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import code_runner.monitor.watchdog as watchdog
@@ -27,6 +26,7 @@ from code_runner.monitor.alerts import Alert, AlertKind, AlertPolicy, Episode
 from code_runner.monitor.checks import (
     MemoryCheck,
     Observation,
+    Peaks,
     PlateauCheck,
     ProgressCheck,
     StallCheck,
@@ -34,7 +34,7 @@ from code_runner.monitor.checks import (
 from code_runner.monitor.detect import Detection
 from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Reply, Situation, Stop
 from code_runner.monitor.finish import PROVENANCE_FILE, Outcome, finish_run, make_watch
-from code_runner.monitor.launch import Launched, TreeSample, launch
+from code_runner.monitor.launch import Launched, launch
 from code_runner.monitor.notify import notify
 from code_runner.monitor.orphans import register, unregister
 from code_runner.monitor.provenance import capture as capture_provenance
@@ -47,23 +47,6 @@ from code_runner.monitor.status import status
 from code_runner.monitor.ui import MonitorUI, PlainUI, make_console, silence_terminal
 
 TAIL_REFRESH_S = 0.5
-
-
-@dataclass
-class Peaks:
-    """The latest tree sample and the highest values seen, for status and result."""
-
-    last: TreeSample = field(default_factory=lambda: TreeSample(0, 0.0, 0, None, ()))
-    rss: int = 0
-    pss: int | None = None
-    processes: int = 0
-
-    def add(self, sample: TreeSample) -> None:
-        self.last = sample
-        self.rss = max(self.rss, sample.rss_bytes)
-        if sample.pss_bytes is not None:
-            self.pss = max(self.pss or 0, sample.pss_bytes)
-        self.processes = max(self.processes, sample.processes)
 
 
 class _Terminated(Exception):
@@ -259,6 +242,7 @@ class Experiment:
             peak_processes=self.peaks.processes,
             memory_baseline_bytes=self.memory.baseline_bytes,
             cpu_s=round(self.peaks.last.cpu_s, 3),
+            memory_samples=tuple(self.peaks.samples),
             alerts=tuple(self.alerts),
             answers=tuple(self.dialogue.answers),
             stop_reason=self._stop_text(interrupted),
@@ -337,7 +321,7 @@ class Experiment:
     def _check(self, launched: Launched) -> None:
         self.check_no += 1
         sample = launched.sample(with_pss=True)
-        self.peaks.add(sample)
+        self.peaks.add(sample, elapsed_s=self._elapsed())
         if not self.ui.live:
             self.watch.pump()
         obs = Observation(self.check_no, self._elapsed(), sample, self.watch.activity())

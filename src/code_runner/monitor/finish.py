@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+import code_runner.monitor.figures as figures
 from code_runner import files
 from code_runner.clock import utc_now
 from code_runner.monitor.checks import ProgressCheck
@@ -58,6 +59,7 @@ class Outcome:
     peak_processes: int
     memory_baseline_bytes: int | None
     cpu_s: float
+    memory_samples: tuple[tuple[float, int, int | None], ...]
     alerts: tuple[AlertRecord, ...]
     answers: tuple[AnswerRecord, ...]
     stop_reason: str | None
@@ -116,6 +118,7 @@ def finish_run(
     result = ExperimentResult(
         **outcome.result_fields(),
         run_id=record.run_dir.name,
+        memory_plot=_memory_plot(record, outcome),
         provenance=_provenance(record),
         success=success,
         command=spec.command,
@@ -165,17 +168,12 @@ def _provenance(record: ExperimentRecord) -> dict[str, Any]:
 
 
 def _metric_summaries(watch: OutputWatch, record: ExperimentRecord) -> tuple[MetricSummary, ...]:
+    plots = _plots(watch, record)
     summaries: list[MetricSummary] = []
     for name in watch.series.names():
-        points = watch.series.points[name]
-        values = [v for _, v in points]
+        values = [v for _, v in watch.series.points[name]]
         if not values:
             continue
-        plot = None
-        if len(values) >= 2 and len(summaries) < MAX_PLOTS:
-            path = record.plot_path(name)
-            files.atomic_write_bytes(path, line_chart(name, points))
-            plot = path.name
         summaries.append(
             MetricSummary(
                 name=name,
@@ -185,10 +183,39 @@ def _metric_summaries(watch: OutputWatch, record: ExperimentRecord) -> tuple[Met
                 min=min(values),
                 max=max(values),
                 sparkline=sparkline(values),
-                plot=plot,
+                plot=plots.get(name),
             )
         )
     return tuple(summaries)
+
+
+def _plots(watch: OutputWatch, record: ExperimentRecord) -> dict[str, str]:
+    """Plot file per metric: a family (`loss` with `val_loss`) shares one with matplotlib."""
+    points = {n: p for n, p in watch.series.points.items() if len(p) >= 2}
+    groups = figures.families(list(points)) if figures.available() else {n: [n] for n in points}
+    plots: dict[str, str] = {}
+    for family, names in list(groups.items())[:MAX_PLOTS]:
+        path = record.plot_path(family)
+        if figures.available():
+            png = figures.metric_figure(family, {n: points[n] for n in names})
+        else:
+            png = line_chart(family, points[family])
+        files.atomic_write_bytes(path, png)
+        plots.update(dict.fromkeys(names, path.name))
+    return plots
+
+
+def _memory_plot(record: ExperimentRecord, outcome: Outcome) -> str | None:
+    samples = outcome.memory_samples
+    if len(samples) < 2:
+        return None
+    path = record.plot_path("memory")
+    if figures.available():
+        png = figures.memory_figure(samples)
+    else:
+        png = line_chart("memory MiB (RSS)", [(t, r / 2**20) for t, r, _ in samples])
+    files.atomic_write_bytes(path, png)
+    return path.name
 
 
 def _progress(progress: ProgressCheck, watch: OutputWatch) -> ProgressSummary | None:

@@ -178,10 +178,12 @@ def _metrics_section(result: ExperimentResult) -> list[str]:
                 f"| {_cell(m.name)} | {m.points} | {m.first:.6g} | {m.last:.6g} | {m.min:.6g} "
                 f"| {m.max:.6g} | {m.sparkline} |"
             )
-        plots = [m for m in result.metrics if m.plot]
+        plots = list(dict.fromkeys(m.plot for m in result.metrics if m.plot))  # shared: once
         if plots:
             lines.append("")
-            lines += [f"![{_cell(m.name)}]({m.plot})" for m in plots]
+            lines += [f"![{_cell(Path(p).stem.removeprefix('plot-'))}]({p})" for p in plots]
+    if result.memory_plot:
+        lines += ["", "## Memory", "", f"![memory]({result.memory_plot})"]
     if result.progress is not None:
         p = result.progress
         total = f"/{p.total:g}" if p.total else ""

@@ -101,6 +101,8 @@ class ExperimentResult(_Frozen):
     peak_processes: int = 0
     memory_baseline_bytes: int | None = None
     cpu_s: float = 0.0
+    memory_samples: tuple[tuple[float, int, int | None], ...] = ()
+    memory_plot: str | None = None
     stop_reason: str | None = None
     interrupted: bool = False
     kill: KillSummary | None = None

@@ -61,6 +61,7 @@ def finish_orphan(
         peak_processes=int(status.get("processes") or 0),
         memory_baseline_bytes=status.get("memory_baseline_bytes"),
         cpu_s=float(status.get("cpu_s") or 0.0),
+        memory_samples=(),
         alerts=tuple(_alerts(events)),
         answers=(),
         stop_reason=reason,
