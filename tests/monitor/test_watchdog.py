@@ -166,9 +166,11 @@ def test_gc_finds_a_record_whose_monitor_and_watchdog_are_dead(tmp_path: Path) -
     run_dir = tmp_path / "run"
     monitor = _start(tmp_path, run_dir, "6")
     job, helper = _pids(tmp_path)
-    os.kill(_status(run_dir)["watchdog_pid"], signal.SIGKILL)
+    guard = _status(run_dir)["watchdog_pid"]
+    os.kill(guard, signal.SIGKILL)
     monitor.kill()
     monitor.wait()
+    assert wait_for(lambda: dead(guard))
     assert list(registry_dir().glob("*.json"))
     dry = collect_orphans(dry_run=True)
     assert [o.run_dir for o in dry] == [str(run_dir.resolve())]
@@ -188,9 +190,11 @@ def test_gc_finishes_a_record_past_its_deadline(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     monitor = _start(tmp_path, run_dir, "1.5")
     job, helper = _pids(tmp_path)
-    os.kill(_status(run_dir)["watchdog_pid"], signal.SIGKILL)
+    guard = _status(run_dir)["watchdog_pid"]
+    os.kill(guard, signal.SIGKILL)
     monitor.kill()
     monitor.wait()
+    assert wait_for(lambda: dead(guard))
     time.sleep(2.0)  # the deadline passes with nobody holding it
     assert not dead(job)
     listed = subprocess.run(

@@ -117,6 +117,8 @@ def _take_over(record: ExperimentRecord, *, dry_run: bool) -> Orphan | None:
 
 
 def _is_watchdog(pid: int, run_dir: Path) -> bool:
+    if not watchdog.is_alive(pid, watchdog.started_at(pid)):
+        return False  # gone, or a zombie
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
