@@ -120,31 +120,42 @@ class StallCheck:
 
 
 class MemoryCheck:
-    """Summed tree RSS above `factor` times a baseline taken after `warmup_s`."""
+    """Tree memory above `factor` times a baseline taken after `warmup_s`.
+
+    PSS where the kernel gives it: forked workers (DataLoader) share pages, and summed RSS
+    counts each shared page once per worker. RSS otherwise; the baseline and each check use
+    the same measure."""
 
     def __init__(self, factor: float, warmup_s: float) -> None:
         self.factor = factor
         self.warmup_s = warmup_s
         self.baseline_bytes: int | None = None
         self.baseline_at_s: float | None = None
+        self.measure: str | None = None
+
+    def _size(self, obs: Observation) -> tuple[str, int]:
+        pss = obs.tree.pss_bytes
+        if self.measure != "rss" and pss:
+            return "PSS", pss
+        return "RSS", obs.tree.rss_bytes
 
     def observe(self, obs: Observation) -> Alert | None:
-        rss = obs.tree.rss_bytes
+        measure, size = self._size(obs)
         if self.baseline_bytes is None:
-            if obs.elapsed_s >= self.warmup_s and rss > 0:
-                self.baseline_bytes = rss
+            if obs.elapsed_s >= self.warmup_s and size > 0:
+                self.baseline_bytes, self.measure = size, measure.lower()
                 self.baseline_at_s = obs.elapsed_s
             return None
-        if rss <= self.factor * self.baseline_bytes:
+        if measure.lower() != self.measure or size <= self.factor * self.baseline_bytes:
             return None
-        ratio = rss / self.baseline_bytes
-        pss = obs.tree.pss_bytes
-        pss_text = f"; PSS {mib(pss)} (shared pages counted once)" if pss is not None else ""
+        rss, pss = obs.tree.rss_bytes, obs.tree.pss_bytes
+        ratio = size / self.baseline_bytes
+        pss_text = f"; summed RSS {mib(rss)}" if measure == "PSS" else ""
         largest = ", ".join(
             f"{name} (pid {pid}) {mib(size)}" for pid, name, size in obs.tree.largest
         )
         detail = (
-            f"tree RSS {mib(rss)} is {ratio:.1f}x the baseline {mib(self.baseline_bytes)} "
+            f"tree {measure} {mib(size)} is {ratio:.1f}x the baseline {mib(self.baseline_bytes)} "
             f"taken at {self.baseline_at_s or 0:.0f} s after warm-up{pss_text}; "
             f"{obs.tree.processes} processes; largest: {largest or 'n/a'}."
         )
@@ -159,6 +170,7 @@ class MemoryCheck:
                 "baseline_bytes": self.baseline_bytes,
                 "ratio": round(ratio, 3),
                 "factor": self.factor,
+                "measure": measure,
             },
         )
 
