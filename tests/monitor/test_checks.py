@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from code_runner.monitor.alerts import AlertKind
 from code_runner.monitor.checks import (
     MemoryCheck,
@@ -107,3 +109,12 @@ def test_forked_workers_sharing_pages_are_judged_by_pss_not_summed_rss() -> None
     alert = check.observe(tree(3, 4000 * MiB, 1300 * MiB))
     assert alert is not None and "tree PSS 1300 MiB is 3.2x" in alert.detail
     assert alert.data["measure"] == "PSS"
+
+
+def test_the_eta_after_a_slowdown_uses_the_recent_rate() -> None:
+    check = ProgressCheck(slow_ratio=0.5)
+    for n in range(6):  # 100 items per 10 s
+        check.observe(Progress(100.0 * n, 10_000), obs(n + 1, 10.0 * n))
+    check.observe(Progress(510.0, 10_000), obs(7, 60.0))  # now 10 items per 10 s
+    assert check.eta_s is not None
+    assert check.eta_s == pytest.approx((10_000 - 510) / 1.0)  # the slow rate, not the EMA

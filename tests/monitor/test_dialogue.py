@@ -78,10 +78,11 @@ def test_extend_timeout_fits_the_eta(tmp_path: Path, spec: ExperimentSpec) -> No
     assert dialogue.hear("D", _now(spec, eta_s=None)) is None
     dialogue.offer(_alert(AlertKind.SLOW_PROGRESS), repeated=True)
     reply = dialogue.hear("D", _now(spec, eta_s=100.0))
-    assert isinstance(reply, NewSpec) and reply.spec.timeout_s == pytest.approx(170.0)
+    # elapsed 50 + 1.5 x ETA 100 + two checks of 30 s + the 10 s kill grace
+    assert isinstance(reply, NewSpec) and reply.spec.timeout_s == pytest.approx(270.0)
     assert [a.note for a in dialogue.answers] == [
         "no ETA; timeout unchanged",
-        "timeout extended to 170 s",
+        "timeout extended to 270 s",
     ]
 
 

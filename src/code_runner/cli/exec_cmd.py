@@ -295,7 +295,7 @@ def _maybe_choose_type(spec: ExperimentSpec, detection: Detection, ui: PlainUI) 
 def _exit_for(result: ExperimentResult, spec: ExperimentSpec, run_dir: Path, source: str) -> None:
     if result.state is ExperimentState.TIMED_OUT:
         raise RunTimeout(
-            f"`{spec.display_command}` exceeded its timeout of {spec.timeout_s:g} s and was "
+            f"`{spec.display_command}` exceeded its timeout of {result.timeout_s:g} s and was "
             f"stopped with its whole process tree; the record is in {run_dir}",
             fix="raise --timeout if the work needs longer; experiment_result.md shows how far "
             "it got",

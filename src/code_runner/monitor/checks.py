@@ -273,11 +273,10 @@ class ProgressCheck:
         self._checks += 1
         if self._checks == EARLY_RATE_CHECKS:
             self.early_rate = (now[1] - self._start[1]) / max(now[0] - self._start[0], 1e-9)
-        self.eta_s = (
-            (self.total - self.done) / self.rate
-            if self.total and self.rate and self.rate > 0
-            else None
-        )
+        # After a slowdown the smoothed rate still remembers the fast start: the ETA uses
+        # the slower of it and the latest interval's rate, so "extend to the ETA" is enough.
+        recent = min(self.rate, instant)
+        self.eta_s = (self.total - self.done) / recent if self.total and recent > 0 else None
         finished = self.total is not None and self.done >= self.total
         if (
             self.early_rate is None

@@ -17,7 +17,7 @@ from code_runner.monitor.result import AnswerRecord
 from code_runner.monitor.spec import ExperimentSpec
 from code_runner.monitor.ui import MonitorUI
 
-_EXTEND_MARGIN = 1.2  # an extended timeout leaves this much room over the ETA
+_EXTEND_MARGIN = 1.5  # an extended timeout leaves this much room over the ETA
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,9 @@ class Dialogue:
         if now.eta_s is None:
             self.ui.say("No ETA yet; timeout unchanged.")
             return None, "no ETA; timeout unchanged"
-        wanted_s = now.elapsed_s + _EXTEND_MARGIN * now.eta_s
+        # room over the ETA, plus two checks to see the end and the kill's grace period
+        spec = now.spec
+        wanted_s = now.elapsed_s + _EXTEND_MARGIN * now.eta_s + 2 * spec.interval_s + spec.grace_s
         if wanted_s <= now.spec.timeout_s:
             self.ui.say("The ETA fits in the current timeout; unchanged.")
             return None, "ETA fits; timeout unchanged"
