@@ -269,7 +269,20 @@ def test_detach_prints_the_run_dir_and_the_run_goes_on(tmp_path: Path) -> None:
     assert done.stdout.strip().splitlines()[-1] == str(run_dir)
     assert time.monotonic() - began < 1.5 + 1.0
     assert not (run_dir / "result.json").exists()
-    assert wait_for(lambda: (run_dir / "result.json").exists(), 20)
+    watched = subprocess.run(
+        [PY, "-m", "code_runner", "watch", "--interval", "0.1", "--timeout", "30", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "run_started" in watched.stdout and "COMPLETED (exit 0)" in watched.stdout
+    shown = subprocess.run(
+        [PY, "-m", "code_runner", "result", "--json", str(run_dir)],
+        capture_output=True,
+        check=False,
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "completed"
     result = load_result(run_dir)
     assert result.state.value == "completed" and result.success
     assert (run_dir / "stdout.log").read_text() == "done\n"
