@@ -321,3 +321,35 @@ def test_notify_runs_the_users_command_on_each_alert_and_at_the_end(tmp_path: Pa
     assert notes[0].startswith("alert|STALL_SUSPECTED||[STALL_SUSPECTED]")
     assert notes[-1].startswith("finished||completed|COMPLETED (exit 0)")
     assert [e["exit_code"] for e in ran.events() if e["kind"] == "notified"] == [0] * len(notes)
+
+
+TORCH_TRAIN = """
+import torch
+torch.manual_seed(0)
+x = torch.randn(256, 8)
+y = (x.sum(dim=1, keepdim=True) > 0).float()
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+loss_fn = torch.nn.BCEWithLogitsLoss()
+for epoch in range(15):
+    opt.zero_grad()
+    loss = loss_fn(model(x[:200]), y[:200])
+    loss.backward()
+    opt.step()
+    with torch.no_grad():
+        val = loss_fn(model(x[200:]), y[200:])
+    print(f"epoch {epoch} loss {loss.item():.4f} val_loss {val.item():.4f}")
+"""
+
+
+def test_a_real_pytorch_cpu_training_run(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="PyTorch is not installed here; the CPU run needs it")
+    name = script(tmp_path, "train_torch.py", TORCH_TRAIN)
+    ran = run_exec(tmp_path, [*FAST, "--", PY, name, "--epochs", "15"])
+    assert ran.code == 0, ran.err
+    result = ran.result()
+    assert result.type == "training"
+    names = {m.name: m for m in result.metrics}
+    assert names["loss"].points == 15 and names["val_loss"].points == 15
+    assert names["loss"].last < names["loss"].first
+    assert "DIVERGED" not in ran.alert_kinds()
