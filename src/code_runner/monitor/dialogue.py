@@ -75,20 +75,36 @@ class Dialogue:
             return self._adjust(line, now)
         alert = self.pending
         if alert is None:
-            if line:
-                self.ui.say("No alert is waiting for an answer; the command is being monitored.")
-            return None
+            return self._unprompted(line, now)
         action = choose(alert.kind, line)
         if action is None:
             if line:
                 self.ui.say(f"Answer A, B, C or D (got {line!r}).")
             return None
-        self.policy.answered(alert.kind)
-        self.pending = None
+        if action is not Action.SHOW_DIAGNOSIS:  # a diagnosis informs; the alert stays open
+            self.policy.answered(alert.kind)
+            self.pending = None
+        return self._answer(alert.kind.value, line, action, now)
+
+    def _unprompted(self, line: str, now: Situation) -> Reply:
+        """B (kill) and C (adjust) work at any time, with no alert waiting."""
+        action = {"b": Action.KILL, "kill": Action.KILL, "c": Action.ADJUST}.get(
+            line.strip().lower()
+        )
+        if action is None:
+            if line:
+                self.ui.say(
+                    "No alert is waiting for an answer; the command is being monitored "
+                    "(B kills it, C adjusts the timeout or thresholds)."
+                )
+            return None
+        return self._answer(None, line, action, now)
+
+    def _answer(self, kind: str | None, line: str, action: Action, now: Situation) -> Reply:
         reply, note = self._act(action, now)
-        self._note(alert.kind.value, line, action.value, now.elapsed_s, note)
+        self._note(kind, line, action.value, now.elapsed_s, note)
         self.record.emit(
-            MonitorEvent.ANSWER, alert=alert.kind.value, answer=line, action=action.value, note=note
+            MonitorEvent.ANSWER, alert=kind, answer=line, action=action.value, note=note
         )
         return reply
 
