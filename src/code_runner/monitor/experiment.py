@@ -147,7 +147,16 @@ class Experiment:
     # -- main loop --------------------------------------------------------------------------
 
     def run(self) -> ExperimentResult:
-        """Launch, monitor until the command ends, collect; always leaves a complete record."""
+        """Launch, monitor until the command ends, collect; always leaves a complete record.
+
+        SIGHUP (the terminal closed) detaches the monitor for the run's length."""
+        previous = signal.signal(signal.SIGHUP, self._hangup)
+        try:
+            return self._run()
+        finally:
+            signal.signal(signal.SIGHUP, previous or signal.SIG_DFL)
+
+    def _run(self) -> ExperimentResult:
         started_at = utc_now()
         self.record.emit(
             MonitorEvent.RUN_STARTED,
@@ -165,7 +174,6 @@ class Experiment:
             reasons=list(self.detection.reasons),
             uncertain=self.detection.uncertain,
         )
-        signal.signal(signal.SIGHUP, self._hangup)
         self.watch.start_at_current_sizes()
         files.atomic_write_json(
             self.record.run_dir / PROVENANCE_FILE,
