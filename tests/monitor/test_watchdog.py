@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,18 @@ while True:
 """
 EXEC = [PY, "-m", "code_runner.cli.exec_cmd"]
 BASE = ["--interval", "0.1", "--grace", "0.3"]
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """A failing test must not leave its job running: end what pids.txt names (only while
+    it still runs in this test's directory, so a reused pid is never touched)."""
+    yield
+    with contextlib.suppress(OSError, ValueError):
+        for pid in [int(p) for p in (tmp_path / "pids.txt").read_text().split()]:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve():
+                    os.kill(pid, signal.SIGKILL)
 
 
 def _pids(tmp_path: Path) -> list[int]:
