@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from code_runner.monitor.alerts import AlertKind
 from code_runner.monitor.checks import (
     MemoryCheck,
@@ -43,7 +45,7 @@ def test_memory_baseline_waits_for_warmup() -> None:
     check = MemoryCheck(factor=3, warmup_s=60)
     assert check.observe(obs(1, 30, rss=5 * MiB)) is None  # before warm-up: no baseline
     assert check.observe(obs(2, 60, rss=80 * MiB)) is None  # imports done: baseline
-    assert check.baseline_bytes == 80 * MiB
+    assert check.baseline_bytes == 40 * MiB and check.measure == "pss"  # PSS where known
     assert check.observe(obs(3, 90, rss=200 * MiB)) is None  # 2.5x: fine
     alert = check.observe(obs(4, 120, rss=300 * MiB))
     assert alert is not None and alert.kind is AlertKind.RESOURCE_ALERT
@@ -93,3 +95,26 @@ def test_progress_restarts_on_a_new_bar() -> None:
     check.observe(Progress(0, 80), obs(5, 5.0))
     assert check.early_rate is None and check.total == 80
     assert ProgressCheck(0.5, total_override=500).observe(Progress(1, None), obs(1, 1)) is None
+
+
+def test_forked_workers_sharing_pages_are_judged_by_pss_not_summed_rss() -> None:
+    check = MemoryCheck(factor=3, warmup_s=0)
+
+    def tree(n: int, rss: int, pss: int) -> Observation:
+        return Observation(n, n * 30.0, TreeSample(5, 0.0, rss, pss, ()), (("stdout", 0, 0),))
+
+    assert check.observe(tree(1, 400 * MiB, 400 * MiB)) is None  # baseline: one process
+    # four DataLoader workers fork: summed RSS 5.4x, PSS 1.5x
+    assert check.observe(tree(2, 2160 * MiB, 600 * MiB)) is None
+    alert = check.observe(tree(3, 4000 * MiB, 1300 * MiB))
+    assert alert is not None and "tree PSS 1300 MiB is 3.2x" in alert.detail
+    assert alert.data["measure"] == "PSS"
+
+
+def test_the_eta_after_a_slowdown_uses_the_recent_rate() -> None:
+    check = ProgressCheck(slow_ratio=0.5)
+    for n in range(6):  # 100 items per 10 s
+        check.observe(Progress(100.0 * n, 10_000), obs(n + 1, 10.0 * n))
+    check.observe(Progress(510.0, 10_000), obs(7, 60.0))  # now 10 items per 10 s
+    assert check.eta_s is not None
+    assert check.eta_s == pytest.approx((10_000 - 510) / 1.0)  # the slow rate, not the EMA

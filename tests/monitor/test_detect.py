@@ -41,3 +41,17 @@ def test_ties_are_uncertain(tmp_path: Path) -> None:
     found = detect_type(["python", "x.py", "--epochs", "3", "--n-sims", "5"], tmp_path)
     assert found.uncertain
     assert set(found.candidates[:2]) == {ExperimentType.TRAINING, ExperimentType.SIMULATION}
+
+
+def test_a_scikit_learn_search_is_analysis_and_boosting_is_training(tmp_path: Path) -> None:
+    (tmp_path / "search.py").write_text(
+        "from sklearn.ensemble import RandomForestClassifier\n"
+        "from sklearn.model_selection import GridSearchCV\n"
+        "search = GridSearchCV(RandomForestClassifier(), {'min_samples_leaf': [1, 2]}, verbose=3)\n"
+        "search.fit(X, y)\n"
+    )
+    assert detect_type(["python", "search.py"], tmp_path).type is ExperimentType.ANALYSIS
+    (tmp_path / "boost.py").write_text("import xgboost as xgb\nbst = xgb.train(params, dtrain)\n")
+    assert detect_type(["python", "boost.py"], tmp_path).type is ExperimentType.TRAINING
+    (tmp_path / "gbm.py").write_text("import lightgbm\nmodel = lightgbm.LGBMRegressor()\n")
+    assert detect_type(["python", "gbm.py"], tmp_path).type is ExperimentType.TRAINING

@@ -37,10 +37,33 @@ def _alert(kind: AlertKind) -> Alert:
     return Alert(kind, check_no=3, elapsed_s=50.0, detail="something")
 
 
-def test_without_an_alert_an_answer_does_nothing(tmp_path: Path, spec: ExperimentSpec) -> None:
+def test_without_an_alert_a_and_d_do_nothing(tmp_path: Path, spec: ExperimentSpec) -> None:
     dialogue, said, _ = _dialogue(tmp_path)
-    assert dialogue.hear("B", _now(spec)) is None
+    assert dialogue.hear("A", _now(spec)) is None
+    assert dialogue.hear("D", _now(spec)) is None
     assert "No alert is waiting" in said.getvalue() and not dialogue.answers
+
+
+def test_kill_and_adjust_work_at_any_time(tmp_path: Path, spec: ExperimentSpec) -> None:
+    dialogue, _said, _ = _dialogue(tmp_path)
+    assert dialogue.hear("C", _now(spec)) is None
+    reply = dialogue.hear("timeout=2h", _now(spec))
+    assert isinstance(reply, NewSpec) and reply.spec.timeout_s == 7200
+    assert isinstance(dialogue.hear("B", _now(spec)), Stop)
+    assert [(a.alert_kind, a.action) for a in dialogue.answers] == [
+        (None, "adjust"),
+        (None, "adjusted"),
+        (None, "kill"),
+    ]
+
+
+def test_a_diagnosis_keeps_the_alert_open(tmp_path: Path, spec: ExperimentSpec) -> None:
+    dialogue, _said, _ = _dialogue(tmp_path)
+    dialogue.offer(_alert(AlertKind.STALL_SUSPECTED), repeated=False)
+    assert dialogue.hear("D", _now(spec)) is None
+    assert dialogue.pending is not None  # still waiting for A, B or C
+    assert isinstance(dialogue.hear("B", _now(spec)), Stop)
+    assert [a.action for a in dialogue.answers] == ["show_diagnosis", "kill"]
 
 
 def test_kill_and_early_stop_are_replies_for_the_loop(tmp_path: Path, spec: ExperimentSpec) -> None:
@@ -78,10 +101,11 @@ def test_extend_timeout_fits_the_eta(tmp_path: Path, spec: ExperimentSpec) -> No
     assert dialogue.hear("D", _now(spec, eta_s=None)) is None
     dialogue.offer(_alert(AlertKind.SLOW_PROGRESS), repeated=True)
     reply = dialogue.hear("D", _now(spec, eta_s=100.0))
-    assert isinstance(reply, NewSpec) and reply.spec.timeout_s == pytest.approx(170.0)
+    # elapsed 50 + 1.5 x ETA 100 + two checks of 30 s + the 10 s kill grace
+    assert isinstance(reply, NewSpec) and reply.spec.timeout_s == pytest.approx(270.0)
     assert [a.note for a in dialogue.answers] == [
         "no ETA; timeout unchanged",
-        "timeout extended to 170 s",
+        "timeout extended to 270 s",
     ]
 
 

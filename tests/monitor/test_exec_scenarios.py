@@ -269,3 +269,55 @@ def test_spec_file_with_a_shell_command_and_monitored_log(tmp_path: Path) -> Non
     result = ran.result()
     assert result.criteria[0].observed == "last loss = 0.3"
     assert next(m for m in result.metrics if m.name == "loss").points == 6
+
+
+def test_a_nan_training_run_is_reported_as_diverged(tmp_path: Path) -> None:
+    body = (
+        "import time\nfor epoch in range(20):\n"
+        "    print(f'epoch {epoch} loss {float(\"nan\") if epoch > 2 else 0.7}', flush=True)\n"
+        "    time.sleep(0.02)\n"
+    )
+    name = script(tmp_path, "train.py", body)
+    ran = run_exec(tmp_path, [*FAST, "--type", "training", "--", PY, name])
+    result = ran.result()
+    assert "DIVERGED" in ran.alert_kinds()
+    diverged = next(a for a in result.alerts if a.kind == "DIVERGED")
+    assert diverged.data == {"loss": "nan"}
+    report = (ran.run_dir / "experiment_result.md").read_text()
+    assert "DIVERGED (loss = nan)" in report.splitlines()[2]  # in the headline
+    assert "DIVERGED" in ran.out
+
+
+def test_a_training_run_without_any_metric_says_so(tmp_path: Path) -> None:
+    name = script(tmp_path, "train.py", "print('training started')\nprint('saved model.pt')\n")
+    ran = run_exec(tmp_path, [*FAST, "--type", "training", "--", PY, name])
+    assert ran.code == 0
+    assert "NO METRIC" in ran.out
+    assert "NO METRIC" in (ran.run_dir / "experiment_result.md").read_text()
+
+
+def test_a_python_command_runs_unbuffered_and_the_record_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    body = "import os\nprint(os.environ.get('PYTHONUNBUFFERED'))\n"
+    name = script(tmp_path, "env_probe.py", body)
+    ran = run_exec(tmp_path, [*FAST, "--", PY, name])
+    assert (ran.run_dir / "stdout.log").read_text() == "1\n"
+    started = next(e for e in ran.events() if e["kind"] == "run_started")
+    assert started["env_added"] == {"PYTHONUNBUFFERED": "1"}
+
+
+def test_notify_runs_the_users_command_on_each_alert_and_at_the_end(tmp_path: Path) -> None:
+    name = script(tmp_path, "hang.py", "import time\nprint('start', flush=True)\ntime.sleep(1.2)\n")
+    log = tmp_path / "notes.txt"
+    notify = (
+        f'echo "$CODE_RUNNER_NOTIFY_EVENT|$CODE_RUNNER_ALERT|$CODE_RUNNER_STATE|'
+        f'$CODE_RUNNER_NOTIFY_TEXT" >> {log}'
+    )
+    ran = run_exec(tmp_path, [*FAST, "--stall-checks", "2", "--notify", notify, "--", PY, name])
+    assert ran.code == 0, ran.err
+    notes = log.read_text().splitlines()
+    assert notes[0].startswith("alert|STALL_SUSPECTED||[STALL_SUSPECTED]")
+    assert notes[-1].startswith("finished||completed|COMPLETED (exit 0)")
+    assert [e["exit_code"] for e in ran.events() if e["kind"] == "notified"] == [0] * len(notes)

@@ -118,3 +118,20 @@ def test_csv_log_rows() -> None:
     parser = CsvRowParser()
     assert parser.parse("epoch,step,train_loss,name") == {}
     assert parser.parse("0,10,0.5,run-a") == {"epoch": 0, "step": 10, "train_loss": 0.5}
+
+
+def test_name_value_pairs_after_a_step_word_as_people_print_them() -> None:
+    assert parse_metrics("epoch 3 loss 0.31 val_loss 0.32") == {
+        "epoch": 3.0,
+        "loss": 0.31,
+        "val_loss": 0.32,
+    }
+    assert parse_metrics("Epoch 3/20 loss 0.5 acc 0.9") == {"epoch": 3.0, "loss": 0.5, "acc": 0.9}
+    assert parse_metrics("loss: 0.5 - val_loss: 0.6") == {"loss": 0.5, "val_loss": 0.6}  # Keras
+    assert parse_metrics("reading 3 files") == {}  # no step word: words and numbers stay text
+
+
+def test_a_grid_search_cv_line_is_parameters_not_metrics() -> None:
+    line = "[CV] END max_depth=3, min_samples_leaf=1; total time=   0.1s"
+    assert parse_metrics(line) == {}
+    assert parse_metrics("Fitting 5 folds for each of 8 candidates, totalling 40 fits") == {}

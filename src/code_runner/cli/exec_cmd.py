@@ -11,6 +11,7 @@ Testing note: the check interval is bounded to 10..300 s; the environment variab
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any
 
 import click
 
-from code_runner.errors import Interrupted, RunTimeout, UsageError
+from code_runner import files
+from code_runner.errors import CodeRunnerError, Interrupted, RunTimeout, UsageError
 from code_runner.monitor import (
     Detection,
     Experiment,
@@ -28,14 +30,23 @@ from code_runner.monitor import (
     ExperimentState,
     ExperimentType,
     PlainUI,
+    RunVerdict,
     build_spec,
     check_launchable,
     check_run_dir,
     choose_ui,
+    compare_runs,
     default_run_dir,
     detect_type,
+    judge_runs,
     load_experiment_spec,
+    recorded_spec,
+    render_compare_csv,
+    render_compare_table,
+    render_validation,
+    start_detached,
 )
+from code_runner.repo import git
 
 _TYPES = ", ".join(t.value for t in ExperimentType)
 
@@ -98,11 +109,29 @@ _TYPES = ", ".join(t.value for t in ExperimentType)
     "--slow-ratio", metavar="X", help="Slow progress below X of the early rate (default 0.5)."
 )
 @click.option("--progress-total", metavar="N", help="Total for counters that do not print one.")
+@click.option(
+    "--notify",
+    metavar="CMD",
+    help="Shell command run on each alert and at the end, with the news in its environment.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before running.")
+@click.option(
+    "--validate",
+    "validate_dir",
+    metavar="RUN_DIR",
+    help="Re-run RUN_DIR's recorded command and say whether it reproduced.",
+)
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Run in the background: print the run dir and return at once (see `status`).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def exec_command(
     spec_path: str | None,
     yes: bool,
+    detach: bool,
+    validate_dir: str | None,
     command: tuple[str, ...],
     **options: Any,
 ) -> None:
@@ -115,10 +144,17 @@ def exec_command(
     period, SIGKILL. The record (events.jsonl, status.json, stdout.log, stderr.log,
     result.json, experiment_result.md, plots) goes to --run-dir.
 
-    Exit codes: 0 completed with the criteria met; 1 crashed, criteria not met, killed
-    by you, or not started; 2 bad input; 124 timeout; 130 interrupted.
+    `code-runner exec compare RUN_DIR... [--json|--csv]` shows finished runs side by side
+    (command, flags, state, duration, final and best metrics).
+
+    Exit codes: 0 completed (or stopped early at your request) with the criteria met;
+    1 crashed, criteria not met, killed by you, or not started; 2 bad input; 124 timeout;
+    130 interrupted.
     """
-    spec, source = _spec_from(spec_path, command, options)
+    if _is_compare(command):
+        _compare(command[1:])
+        return
+    spec, source = _spec_from(spec_path, command, options, validate_dir)
     check_launchable(spec.argv, spec.cwd, os.environ)
     run_dir = spec.run_dir or default_run_dir(Path.cwd())
     check_run_dir(run_dir)
@@ -142,18 +178,96 @@ def exec_command(
             click.get_current_context().exit(1)
     else:
         ui.show_plan(spec, detection, run_dir)
+    if detach:
+        click.echo(str(start_detached(spec, detection, run_dir)))
+        return
     record = ExperimentRecord(run_dir)
-    result = Experiment(spec, detection, record, ui).run()
+    provenance = {"git": _git_state(spec.cwd, run_dir)}
+    result = Experiment(spec, detection, record, ui, provenance=provenance).run()
     ui.finished(result, run_dir)
+    if validate_dir is not None:
+        _report_validation(Path(validate_dir), run_dir)
     _exit_for(result, spec, run_dir, source)
 
 
+_MAX_DIFF_BYTES = 8 * 1024 * 1024
+
+
+def _git_state(cwd: Path, run_dir: Path) -> dict[str, object]:
+    """The cwd's repo: its commit and, when dirty, the diff against it (in `git.diff`)."""
+    try:
+        repo = git.open_source(cwd)
+    except CodeRunnerError:
+        return {"commit": None}
+    commit = git.head_commit(repo)
+    if commit is None:
+        return {"commit": None, "work_tree": str(repo.work_tree)}
+    diff = repo.run("diff", "--no-ext-diff", "--binary", "HEAD", check=False).stdout
+    untracked = repo.z("ls-files", "--others", "--exclude-standard", "-z", check=False)
+    state: dict[str, object] = {"commit": commit, "work_tree": str(repo.work_tree)}
+    state["untracked"] = len(untracked)
+    if diff:
+        files.atomic_write_bytes(run_dir / "git.diff", diff[:_MAX_DIFF_BYTES])
+        state["diff"] = "git.diff"
+        state["diff_truncated"] = len(diff) > _MAX_DIFF_BYTES
+    return state
+
+
+def _report_validation(original: Path, rerun: Path) -> None:
+    validation = judge_runs(original, rerun)
+    files.atomic_write_text(rerun / "validation.json", validation.model_dump_json(indent=2))
+    click.echo(render_validation(validation))
+    if validation.verdict is not RunVerdict.REPRODUCIBLE:
+        click.get_current_context().exit(1)
+
+
+def _rerun_dir(validate_dir: str) -> str:
+    """Beside the original: `<RUN_DIR>-validate-<time-id>`."""
+    original = Path(validate_dir).resolve()
+    fresh = default_run_dir(original.parent).name
+    return str(original.parent / f"{original.name}-validate-{fresh}")
+
+
+_COMPARE_FLAGS = ("--json", "--csv")
+
+
+def _is_compare(command: tuple[str, ...]) -> bool:
+    """`exec compare RUN_DIR...`: every other word a flag of compare's or a run dir."""
+    if command[:1] != ("compare",):
+        return False
+    dirs = [a for a in command[1:] if a not in _COMPARE_FLAGS]
+    return bool(dirs) and all((Path(d) / "status.json").is_file() for d in dirs)
+
+
+def _compare(args: tuple[str, ...]) -> None:
+    rows = compare_runs([Path(a) for a in args if a not in _COMPARE_FLAGS])
+    if "--json" in args:
+        click.echo(json.dumps(rows, indent=2))
+    elif "--csv" in args:
+        click.echo(render_compare_csv(rows), nl=False)
+    else:
+        click.echo(render_compare_table(rows))
+
+
 def _spec_from(
-    spec_path: str | None, command: tuple[str, ...], options: dict[str, Any]
+    spec_path: str | None,
+    command: tuple[str, ...],
+    options: dict[str, Any],
+    validate_dir: str | None = None,
 ) -> tuple[ExperimentSpec, str]:
     file_options: dict[str, Any] = {}
     source = "command line"
-    if spec_path:
+    if validate_dir is not None:
+        if command or spec_path:
+            raise UsageError(
+                "--validate re-runs the recorded command: give no command and no --spec",
+                fix=f"run: code-runner exec --validate {validate_dir}",
+            )
+        recorded = recorded_spec(Path(validate_dir))
+        file_options = recorded.model_dump(mode="json", exclude={"run_dir"})
+        options = {**options, "run_dir": options.get("run_dir") or _rerun_dir(validate_dir)}
+        source = f"{validate_dir}/spec.json"
+    elif spec_path:
         file_options = load_experiment_spec(Path(spec_path))
         source = spec_path
     cli = {key.rstrip("_"): value for key, value in options.items()}
@@ -181,7 +295,7 @@ def _maybe_choose_type(spec: ExperimentSpec, detection: Detection, ui: PlainUI) 
 def _exit_for(result: ExperimentResult, spec: ExperimentSpec, run_dir: Path, source: str) -> None:
     if result.state is ExperimentState.TIMED_OUT:
         raise RunTimeout(
-            f"`{spec.display_command}` exceeded its timeout of {spec.timeout_s:g} s and was "
+            f"`{spec.display_command}` exceeded its timeout of {result.timeout_s:g} s and was "
             f"stopped with its whole process tree; the record is in {run_dir}",
             fix="raise --timeout if the work needs longer; experiment_result.md shows how far "
             "it got",

@@ -12,6 +12,7 @@ import click
 import code_runner.cli.render as render
 from code_runner import files
 from code_runner.errors import RecordError, UsageError
+from code_runner.monitor import load_result as load_experiment_result
 from code_runner.monitor import render_status
 from code_runner.record import load_result
 
@@ -73,6 +74,10 @@ def status_command(target: Path, tail_events: int, as_json: bool) -> int:
     An experiment's run dir (`code-runner exec`) works too.
     """
     if target.is_dir() and (target / "status.json").exists():
+        if as_json:
+            events = files.read_jsonl(target / "events.jsonl")[-tail_events:] if tail_events else []
+            render.print_json({"status": _load_json(target / "status.json"), "events": events})
+            return 0
         render.console().print(render_status(target), markup=False)
         return 0
     status_path, events_path = locate(target)
@@ -101,6 +106,8 @@ def status_command(target: Path, tail_events: int, as_json: bool) -> int:
 )
 def watch_command(target: Path, interval: float, timeout_s: float) -> int:
     """Follow a run live until it reaches a terminal state; exit 0 iff it passed."""
+    if _is_experiment(target):
+        return _watch_experiment(target, interval, timeout_s)
     out = render.console()
     status_path, events_path = locate(target)
     seen = 0
@@ -124,11 +131,44 @@ def watch_command(target: Path, interval: float, timeout_s: float) -> int:
         time.sleep(interval)
 
 
+def _is_experiment(target: Path) -> bool:
+    return target.is_dir() and (target / "status.json").is_file()
+
+
+def _watch_experiment(run_dir: Path, interval: float, timeout_s: float) -> int:
+    """Print each new event of an exec run dir until its result is written."""
+    out = render.console()
+    seen = 0
+    started = time.monotonic()
+    while True:
+        events = files.read_jsonl(run_dir / "events.jsonl")
+        for event in events[seen:]:
+            detail = event.get("detail") or event.get("to_state") or ""
+            out.print(f"{event.get('at')} {event.get('kind')} {detail}".rstrip(), markup=False)
+        seen = len(events)
+        if (run_dir / "result.json").exists():
+            out.print(render_status(run_dir), markup=False)
+            return 0 if load_experiment_result(run_dir).success else 1
+        if timeout_s and time.monotonic() - started > timeout_s:
+            out.print("stopped watching (timeout); the run goes on")
+            return 124
+        time.sleep(interval)
+
+
 @click.command("result")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True)
 def result_command(file: Path, as_json: bool) -> int:
-    """Show a result file (or an output dir's); exit 0 iff dod_passed."""
+    """Show a result file (or an output dir's); exit 0 iff dod_passed.
+
+    An experiment's run dir: exit 0 iff it succeeded."""
+    if _is_experiment(file):
+        experiment = load_experiment_result(file)
+        if as_json:
+            render.print_json(experiment.model_dump(mode="json"))
+        else:
+            render.console().print(render_status(file), markup=False)
+        return 0 if experiment.success else 1
     if file.is_dir():
         found = sorted(file.glob("*.result.json"), key=lambda p: p.stat().st_mtime)
         if not found:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 import code_runner.cli.render as render
-from code_runner import agents, dirs, proc
+from code_runner import agents, dirs, monitor, proc
 from code_runner.errors import CodeRunnerError
 from code_runner.repo import git
 from code_runner.runner import gc
@@ -135,6 +135,7 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
     patches a killed apply left half-applied in a source (from the apply journal)."""
     removed = gc.collect(dry_run=dry_run)
     repaired = gc.repair_applies(dry_run=dry_run)
+    orphans = monitor.collect_orphans(dry_run=dry_run)
     stuck = any(r.action == "needs you" for r in repaired)
     if as_json:
         render.print_json(
@@ -142,12 +143,15 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
                 "dry_run": dry_run,
                 "removed": [r.to_dict() for r in removed],
                 "repaired": [r.to_dict() for r in repaired],
+                "experiments": [o.to_dict() for o in orphans],
             }
         )
         return 3 if stuck else 0
     out = render.console()
-    if not removed and not repaired:
+    if not removed and not repaired and not orphans:
         out.print("nothing to clean up")
+    for orphan in orphans:
+        out.print(f"experiment {orphan.run_dir} ({orphan.reason}): {orphan.action}")
     for fixed in repaired:
         out.print(
             f"half-applied patch in {fixed.source} (run {fixed.run_id}, {fixed.phase}): "

@@ -4,9 +4,12 @@
 build a spec, detect the type, run an `Experiment` into an `ExperimentRecord`, read a result back.
 """
 
+from code_runner.monitor.compare import compare_runs, render_compare_csv, render_compare_table
+from code_runner.monitor.detach import start_detached
 from code_runner.monitor.detect import Detection, detect_type
 from code_runner.monitor.experiment import Experiment
 from code_runner.monitor.launch import check_launchable
+from code_runner.monitor.orphans import Orphan, collect_orphans
 from code_runner.monitor.record import ExperimentRecord, check_run_dir, default_run_dir
 from code_runner.monitor.report import render_report, render_status
 from code_runner.monitor.result import ExperimentResult, load_result
@@ -18,6 +21,13 @@ from code_runner.monitor.spec import (
 )
 from code_runner.monitor.state import ExperimentState
 from code_runner.monitor.ui import PlainUI, TerminalUI, choose_ui
+from code_runner.monitor.validate import (
+    RunVerdict,
+    Validation,
+    judge_runs,
+    recorded_spec,
+    render_validation,
+)
 
 __all__ = [
     "Detection",
@@ -27,16 +37,27 @@ __all__ = [
     "ExperimentSpec",
     "ExperimentState",
     "ExperimentType",
+    "Orphan",
     "PlainUI",
+    "RunVerdict",
     "TerminalUI",
+    "Validation",
     "build_spec",
     "check_launchable",
     "check_run_dir",
     "choose_ui",
+    "collect_orphans",
+    "compare_runs",
     "default_run_dir",
     "detect_type",
+    "judge_runs",
     "load_experiment_spec",
     "load_result",
+    "recorded_spec",
+    "render_compare_csv",
+    "render_compare_table",
     "render_report",
     "render_status",
+    "render_validation",
+    "start_detached",
 ]

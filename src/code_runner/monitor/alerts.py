@@ -18,6 +18,7 @@ class AlertKind(StrEnum):
     RESOURCE_ALERT = "RESOURCE_ALERT"
     METRIC_PLATEAU = "METRIC_PLATEAU"
     SLOW_PROGRESS = "SLOW_PROGRESS"
+    DIVERGED = "DIVERGED"
 
 
 class Action(StrEnum):
@@ -58,6 +59,9 @@ _SUGGESTIONS: dict[AlertKind, Option] = {
     ),
     AlertKind.RESOURCE_ALERT: Option(
         "D", "Show the largest processes in the tree", Action.SHOW_DIAGNOSIS
+    ),
+    AlertKind.DIVERGED: Option(
+        "D", "Show the last output lines and the tree's processes", Action.SHOW_DIAGNOSIS
     ),
     AlertKind.SLOW_PROGRESS: Option(
         "D", "Extend the timeout to fit the ETA (+20%)", Action.EXTEND_TIMEOUT

@@ -16,7 +16,7 @@ design (DESIGN.md, "Facts for the experiment monitor"):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from code_runner.monitor.alerts import Alert, AlertKind
 from code_runner.monitor.launch import TreeSample
@@ -38,6 +38,30 @@ class Observation:
     elapsed_s: float
     tree: TreeSample
     activity: tuple[tuple[str, int, int], ...]
+
+
+@dataclass
+class Peaks:
+    """The latest tree sample, the highest values seen, and memory at each check (for the
+    memory-over-time plot): (elapsed s, RSS, PSS)."""
+
+    last: TreeSample = field(default_factory=lambda: TreeSample(0, 0.0, 0, None, ()))
+    rss: int = 0
+    pss: int | None = None
+    processes: int = 0
+    samples: list[tuple[float, int, int | None]] = field(default_factory=list)
+
+    def add(self, sample: TreeSample, *, elapsed_s: float | None = None) -> None:
+        self.last = sample
+        self.rss = max(self.rss, sample.rss_bytes)
+        if sample.pss_bytes is not None:
+            self.pss = max(self.pss or 0, sample.pss_bytes)
+        self.processes = max(self.processes, sample.processes)
+        if elapsed_s is not None and len(self.samples) < MAX_MEMORY_SAMPLES:
+            self.samples.append((round(elapsed_s, 3), sample.rss_bytes, sample.pss_bytes))
+
+
+MAX_MEMORY_SAMPLES = 20_000
 
 
 def mib(n_bytes: float) -> str:
@@ -96,31 +120,42 @@ class StallCheck:
 
 
 class MemoryCheck:
-    """Summed tree RSS above `factor` times a baseline taken after `warmup_s`."""
+    """Tree memory above `factor` times a baseline taken after `warmup_s`.
+
+    PSS where the kernel gives it: forked workers (DataLoader) share pages, and summed RSS
+    counts each shared page once per worker. RSS otherwise; the baseline and each check use
+    the same measure."""
 
     def __init__(self, factor: float, warmup_s: float) -> None:
         self.factor = factor
         self.warmup_s = warmup_s
         self.baseline_bytes: int | None = None
         self.baseline_at_s: float | None = None
+        self.measure: str | None = None
+
+    def _size(self, obs: Observation) -> tuple[str, int]:
+        pss = obs.tree.pss_bytes
+        if self.measure != "rss" and pss:
+            return "PSS", pss
+        return "RSS", obs.tree.rss_bytes
 
     def observe(self, obs: Observation) -> Alert | None:
-        rss = obs.tree.rss_bytes
+        measure, size = self._size(obs)
         if self.baseline_bytes is None:
-            if obs.elapsed_s >= self.warmup_s and rss > 0:
-                self.baseline_bytes = rss
+            if obs.elapsed_s >= self.warmup_s and size > 0:
+                self.baseline_bytes, self.measure = size, measure.lower()
                 self.baseline_at_s = obs.elapsed_s
             return None
-        if rss <= self.factor * self.baseline_bytes:
+        if measure.lower() != self.measure or size <= self.factor * self.baseline_bytes:
             return None
-        ratio = rss / self.baseline_bytes
-        pss = obs.tree.pss_bytes
-        pss_text = f"; PSS {mib(pss)} (shared pages counted once)" if pss is not None else ""
+        rss, pss = obs.tree.rss_bytes, obs.tree.pss_bytes
+        ratio = size / self.baseline_bytes
+        pss_text = f"; summed RSS {mib(rss)}" if measure == "PSS" else ""
         largest = ", ".join(
             f"{name} (pid {pid}) {mib(size)}" for pid, name, size in obs.tree.largest
         )
         detail = (
-            f"tree RSS {mib(rss)} is {ratio:.1f}x the baseline {mib(self.baseline_bytes)} "
+            f"tree {measure} {mib(size)} is {ratio:.1f}x the baseline {mib(self.baseline_bytes)} "
             f"taken at {self.baseline_at_s or 0:.0f} s after warm-up{pss_text}; "
             f"{obs.tree.processes} processes; largest: {largest or 'n/a'}."
         )
@@ -135,6 +170,7 @@ class MemoryCheck:
                 "baseline_bytes": self.baseline_bytes,
                 "ratio": round(ratio, 3),
                 "factor": self.factor,
+                "measure": measure,
             },
         )
 
@@ -237,11 +273,10 @@ class ProgressCheck:
         self._checks += 1
         if self._checks == EARLY_RATE_CHECKS:
             self.early_rate = (now[1] - self._start[1]) / max(now[0] - self._start[0], 1e-9)
-        self.eta_s = (
-            (self.total - self.done) / self.rate
-            if self.total and self.rate and self.rate > 0
-            else None
-        )
+        # After a slowdown the smoothed rate still remembers the fast start: the ETA uses
+        # the slower of it and the latest interval's rate, so "extend to the ETA" is enough.
+        recent = min(self.rate, instant)
+        self.eta_s = (self.total - self.done) / recent if self.total and recent > 0 else None
         finished = self.total is not None and self.done >= self.total
         if (
             self.early_rate is None

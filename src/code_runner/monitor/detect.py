@@ -37,14 +37,14 @@ _FILE_SIGNALS: tuple[tuple[ExperimentType, str, int, str], ...] = (
     (
         ExperimentType.TRAINING,
         r"^\s*(import|from)\s+(torch|tensorflow|keras|lightning|pytorch_lightning|jax|flax"
-        r"|transformers|sklearn)\b",
+        r"|transformers|xgboost|lightgbm|catboost)\b",
         3,
         "import",
     ),
     (ExperimentType.TRAINING, r"\b(epoch|optimizer|\.backward\(\)|model\.fit\()", 1, "code"),
     (
         ExperimentType.ANALYSIS,
-        r"^\s*(import|from)\s+(statsmodels|scipy\.stats|linearmodels)\b",
+        r"^\s*(import|from)\s+(statsmodels|scipy\.stats|linearmodels|sklearn)\b",
         3,
         "import",
     ),
@@ -55,6 +55,12 @@ _FILE_SIGNALS: tuple[tuple[ExperimentType, str, int, str], ...] = (
         "R library",
     ),
     (ExperimentType.ANALYSIS, r"\b(savefig|to_latex|write\.csv)\b", 1, "code"),
+    (
+        ExperimentType.ANALYSIS,
+        r"\b(GridSearchCV|RandomizedSearchCV|HalvingGridSearchCV|cross_val_score)\b",
+        3,
+        "search",
+    ),
     (
         ExperimentType.ETL,
         r"^\s*(import|from)\s+(pyspark|dask|polars|sqlalchemy|duckdb)\b",

@@ -17,7 +17,7 @@ from code_runner.monitor.result import AnswerRecord
 from code_runner.monitor.spec import ExperimentSpec
 from code_runner.monitor.ui import MonitorUI
 
-_EXTEND_MARGIN = 1.2  # an extended timeout leaves this much room over the ETA
+_EXTEND_MARGIN = 1.5  # an extended timeout leaves this much room over the ETA
 
 
 @dataclass(frozen=True)
@@ -75,20 +75,36 @@ class Dialogue:
             return self._adjust(line, now)
         alert = self.pending
         if alert is None:
-            if line:
-                self.ui.say("No alert is waiting for an answer; the command is being monitored.")
-            return None
+            return self._unprompted(line, now)
         action = choose(alert.kind, line)
         if action is None:
             if line:
                 self.ui.say(f"Answer A, B, C or D (got {line!r}).")
             return None
-        self.policy.answered(alert.kind)
-        self.pending = None
+        if action is not Action.SHOW_DIAGNOSIS:  # a diagnosis informs; the alert stays open
+            self.policy.answered(alert.kind)
+            self.pending = None
+        return self._answer(alert.kind.value, line, action, now)
+
+    def _unprompted(self, line: str, now: Situation) -> Reply:
+        """B (kill) and C (adjust) work at any time, with no alert waiting."""
+        action = {"b": Action.KILL, "kill": Action.KILL, "c": Action.ADJUST}.get(
+            line.strip().lower()
+        )
+        if action is None:
+            if line:
+                self.ui.say(
+                    "No alert is waiting for an answer; the command is being monitored "
+                    "(B kills it, C adjusts the timeout or thresholds)."
+                )
+            return None
+        return self._answer(None, line, action, now)
+
+    def _answer(self, kind: str | None, line: str, action: Action, now: Situation) -> Reply:
         reply, note = self._act(action, now)
-        self._note(alert.kind.value, line, action.value, now.elapsed_s, note)
+        self._note(kind, line, action.value, now.elapsed_s, note)
         self.record.emit(
-            MonitorEvent.ANSWER, alert=alert.kind.value, answer=line, action=action.value, note=note
+            MonitorEvent.ANSWER, alert=kind, answer=line, action=action.value, note=note
         )
         return reply
 
@@ -128,7 +144,9 @@ class Dialogue:
         if now.eta_s is None:
             self.ui.say("No ETA yet; timeout unchanged.")
             return None, "no ETA; timeout unchanged"
-        wanted_s = now.elapsed_s + _EXTEND_MARGIN * now.eta_s
+        # room over the ETA, plus two checks to see the end and the kill's grace period
+        spec = now.spec
+        wanted_s = now.elapsed_s + _EXTEND_MARGIN * now.eta_s + 2 * spec.interval_s + spec.grace_s
         if wanted_s <= now.spec.timeout_s:
             self.ui.say("The ETA fits in the current timeout; unchanged.")
             return None, "ETA fits; timeout unchanged"

@@ -11,15 +11,14 @@ happens, the record is completed in `finally`.
 from __future__ import annotations
 
 import os
-import re
 import select
 import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from code_runner import proc
+import code_runner.monitor.watchdog as watchdog
+from code_runner import files, proc
 from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError
 from code_runner.monitor.adjust import diagnosis
@@ -27,40 +26,27 @@ from code_runner.monitor.alerts import Alert, AlertKind, AlertPolicy, Episode
 from code_runner.monitor.checks import (
     MemoryCheck,
     Observation,
+    Peaks,
     PlateauCheck,
     ProgressCheck,
     StallCheck,
 )
 from code_runner.monitor.detect import Detection
 from code_runner.monitor.dialogue import Dialogue, EarlyStop, NewSpec, Reply, Situation, Stop
-from code_runner.monitor.finish import Outcome, finish_run
-from code_runner.monitor.launch import Launched, TreeSample, launch
+from code_runner.monitor.finish import PROVENANCE_FILE, Outcome, finish_run, make_watch
+from code_runner.monitor.launch import Launched, launch
+from code_runner.monitor.notify import notify
+from code_runner.monitor.orphans import register, unregister
+from code_runner.monitor.provenance import capture as capture_provenance
 from code_runner.monitor.record import ExperimentRecord, MonitorEvent
+from code_runner.monitor.report import headline
 from code_runner.monitor.result import AlertRecord, ExperimentResult, KillSummary
-from code_runner.monitor.spec import ExperimentSpec, ExperimentType
+from code_runner.monitor.spec import ExperimentSpec
 from code_runner.monitor.state import ExperimentState, can_move
 from code_runner.monitor.status import status
-from code_runner.monitor.ui import MonitorUI
-from code_runner.monitor.watch import OutputWatch
+from code_runner.monitor.ui import MonitorUI, PlainUI, make_console, silence_terminal
 
 TAIL_REFRESH_S = 0.5
-
-
-@dataclass
-class Peaks:
-    """The latest tree sample and the highest values seen, for status and result."""
-
-    last: TreeSample = field(default_factory=lambda: TreeSample(0, 0.0, 0, None, ()))
-    rss: int = 0
-    pss: int | None = None
-    processes: int = 0
-
-    def add(self, sample: TreeSample) -> None:
-        self.last = sample
-        self.rss = max(self.rss, sample.rss_bytes)
-        if sample.pss_bytes is not None:
-            self.pss = max(self.pss or 0, sample.pss_bytes)
-        self.processes = max(self.processes, sample.processes)
 
 
 class _Terminated(Exception):
@@ -81,6 +67,7 @@ class Experiment:
         record: ExperimentRecord,
         ui: MonitorUI,
         env: Mapping[str, str] | None = None,
+        provenance: Mapping[str, object] | None = None,
     ) -> None:
         self.spec = spec
         self.detection = detection
@@ -88,24 +75,17 @@ class Experiment:
         self.record = record
         self.ui = ui
         self.env = dict(os.environ if env is None else env)
+        python = _is_python(spec.argv) and "PYTHONUNBUFFERED" not in self.env
+        self.env_added = {"PYTHONUNBUFFERED": "1"} if python else {}
+        self.env.update(self.env_added)  # block buffering would deliver every line at exit
+        self.provenance = dict(provenance or {})
         self.state = ExperimentState.STARTING
         self.policy = AlertPolicy()
         self.stall = StallCheck(spec.stall_checks, python_hint=_is_python(spec.argv))
         self.memory = MemoryCheck(spec.memory_factor, spec.memory_warmup_s)
         self.plateau = PlateauCheck(spec.patience, spec.min_delta)
         self.progress = ProgressCheck(spec.slow_ratio, spec.progress_total)
-        self.watch = OutputWatch(
-            record.stdout_path,
-            record.stderr_path,
-            spec.cwd,
-            spec.monitor,
-            parse_metrics=self.kind is ExperimentType.TRAINING
-            or spec.metric is not None
-            or spec.metric_regex is not None,
-            parse_progress=self.kind in (ExperimentType.ETL, ExperimentType.SIMULATION)
-            or spec.progress_total is not None,
-            metric_regex=re.compile(spec.metric_regex) if spec.metric_regex else None,
-        )
+        self.watch = make_watch(spec, self.kind, record)
         self.alerts: list[AlertRecord] = []
         self.dialogue = Dialogue(ui, record, self.policy)
         self.check_no = 0
@@ -117,6 +97,9 @@ class Experiment:
         self.timed_out = False
         self.cleaning_up = False
         self.started_s = 0.0
+        self.watchdog: proc.Process | None = None
+        self.watchdog_pid: int | None = None
+        self.hung_up = False
 
     @property
     def deadline_s(self) -> float:
@@ -133,13 +116,47 @@ class Experiment:
         )
         self.state = target
 
+    def _guard(self, launched: Launched) -> None:
+        """Start the watchdog that holds the timeout if this monitor dies; register for gc."""
+        files.atomic_write_text(self.record.spec_path, self.spec.model_dump_json(indent=2) + "\n")
+        guard = watchdog.start_for(self.record, self.spec, launched, self.deadline_at())
+        launched.exclude.add(guard.pid)
+        self.watchdog, self.watchdog_pid = guard, guard.pid
+        register(self.record.run_dir)
+        self.record.emit(MonitorEvent.WATCHDOG_STARTED, pid=guard.pid, monitor_pid=os.getpid())
+
+    def deadline_at(self) -> float:
+        """The deadline on the wall clock (epoch seconds), for the watchdog and status.json."""
+        return time.time() + (self.deadline_s - time.monotonic())
+
+    def _hangup(self, signum: int, frame: object) -> None:
+        """The terminal is gone (closed, `tmux kill-session`): go on detached, in silence."""
+        silence_terminal()
+        self.hung_up = True
+
+    def _detach_ui(self) -> None:
+        """After SIGHUP: no terminal to read or write; the record says so."""
+        self.hung_up = False
+        self.ui = PlainUI(make_console(open(os.devnull, "w")))  # noqa: SIM115 - lives as long as the run
+        self.dialogue.ui = self.ui
+        self.record.emit(MonitorEvent.DETACHED, signal="SIGHUP", monitor_pid=os.getpid())
+
     def _elapsed(self) -> float:
         return time.monotonic() - self.started_s
 
     # -- main loop --------------------------------------------------------------------------
 
     def run(self) -> ExperimentResult:
-        """Launch, monitor until the command ends, collect; always leaves a complete record."""
+        """Launch, monitor until the command ends, collect; always leaves a complete record.
+
+        SIGHUP (the terminal closed) detaches the monitor for the run's length."""
+        previous = signal.signal(signal.SIGHUP, self._hangup)
+        try:
+            return self._run()
+        finally:
+            signal.signal(signal.SIGHUP, previous or signal.SIG_DFL)
+
+    def _run(self) -> ExperimentResult:
         started_at = utc_now()
         self.record.emit(
             MonitorEvent.RUN_STARTED,
@@ -148,6 +165,7 @@ class Experiment:
             cwd=str(self.spec.cwd),
             timeout_s=self.spec.timeout_s,
             interval_s=self.spec.interval_s,
+            env_added=self.env_added,
         )
         self.record.emit(
             MonitorEvent.TYPE_DETECTED,
@@ -155,6 +173,11 @@ class Experiment:
             given=self.spec.type is not None,
             reasons=list(self.detection.reasons),
             uncertain=self.detection.uncertain,
+        )
+        self.watch.start_at_current_sizes()
+        files.atomic_write_json(
+            self.record.run_dir / PROVENANCE_FILE,
+            {**capture_provenance(self.spec, self.env), **self.provenance},
         )
         try:
             launched = launch(
@@ -170,6 +193,7 @@ class Experiment:
             raise
         self.started_s = launched.started_s
         self._move(ExperimentState.RUNNING, pid=launched.pid)
+        self._guard(launched)
         self._write_status(launched)
         # SIGTERM stops the experiment as Ctrl-C does; once the tree is being killed, more
         # signals wait: the kill and the record must finish.
@@ -180,12 +204,29 @@ class Experiment:
         final = self._final_state(launched.poll())
         self._move(final, returncode=launched.returncode)
         self.watch.pump(final=True)
+        self._final_divergence()
         outcome = self._outcome(final, launched.returncode, started_at, interrupted)
         result = finish_run(
             self.spec, self.kind, self.detection, self.record, self.watch, self.progress, outcome
         )
         self._write_status(launched, finished=True)
+        self._release_watchdog()
+        notify(
+            self.spec.notify,
+            self.record,
+            self.env,
+            event="finished",
+            text=f"{headline(result)}: {self.spec.display_command}",
+            state=result.state.value,
+        )
         return result
+
+    def _release_watchdog(self) -> None:
+        """The record is complete: the watchdog has nothing left to hold."""
+        if self.watchdog is not None:
+            self.watchdog.send_signal(signal.SIGTERM)
+            self.watchdog.wait_exit(5.0)
+        unregister(self.record.run_dir)
 
     def _outcome(
         self,
@@ -209,6 +250,7 @@ class Experiment:
             peak_processes=self.peaks.processes,
             memory_baseline_bytes=self.memory.baseline_bytes,
             cpu_s=round(self.peaks.last.cpu_s, 3),
+            memory_samples=tuple(self.peaks.samples),
             alerts=tuple(self.alerts),
             answers=tuple(self.dialogue.answers),
             stop_reason=self._stop_text(interrupted),
@@ -237,6 +279,8 @@ class Experiment:
     def _loop(self, launched: Launched) -> None:
         next_check = self.started_s + self.spec.interval_s
         while True:
+            if self.hung_up:
+                self._detach_ui()
             if launched.poll() is not None:
                 return
             now = time.monotonic()
@@ -285,7 +329,7 @@ class Experiment:
     def _check(self, launched: Launched) -> None:
         self.check_no += 1
         sample = launched.sample(with_pss=True)
-        self.peaks.add(sample)
+        self.peaks.add(sample, elapsed_s=self._elapsed())
         if not self.ui.live:
             self.watch.pump()
         obs = Observation(self.check_no, self._elapsed(), sample, self.watch.activity())
@@ -293,7 +337,9 @@ class Experiment:
             AlertKind.STALL_SUSPECTED: self.stall.observe(obs),
             AlertKind.RESOURCE_ALERT: self.memory.observe(obs),
         }
+        self.watch.sample_refreshed()
         if self.watch.parse_metrics:
+            findings[AlertKind.DIVERGED] = self._diverged(obs.elapsed_s)
             metric = self.watch.watched_metric(self.spec.metric)
             values = self.watch.series.values(metric) if metric else []
             findings[AlertKind.METRIC_PLATEAU] = self.plateau.observe(
@@ -306,6 +352,25 @@ class Experiment:
             if alert is not None and episode is not None:
                 self._raise_alert(alert, repeated=episode is Episode.REPEATED)
         self._write_status(launched)
+
+    def _diverged(self, elapsed_s: float) -> Alert | None:
+        """A NaN or inf metric: the run diverged (advisory, like every alert)."""
+        if not self.watch.diverged:
+            return None
+        shown = ", ".join(f"{k} = {v}" for k, v in self.watch.diverged.items())
+        return Alert(
+            AlertKind.DIVERGED,
+            self.check_no,
+            elapsed_s,
+            f"Metric went non-finite ({shown}): the run has diverged.",
+            {k: str(v) for k, v in self.watch.diverged.items()},
+        )
+
+    def _final_divergence(self) -> None:
+        """A divergence printed after the last check still reaches the alerts and report."""
+        seen = any(a.kind == AlertKind.DIVERGED.value for a in self.alerts)
+        if not seen and self.watch.parse_metrics and (alert := self._diverged(self._elapsed())):
+            self._raise_alert(alert, repeated=False)
 
     def _raise_alert(self, alert: Alert, *, repeated: bool) -> None:
         self.alerts.append(
@@ -329,6 +394,15 @@ class Experiment:
             advisory=True,
         )
         self.dialogue.offer(alert, repeated=repeated)
+        text = f"[{alert.kind.value}] {self.spec.display_command}: {alert.detail}"
+        notify(
+            self.spec.notify,
+            self.record,
+            self.env,
+            event="alert",
+            text=text,
+            alert=alert.kind.value,
+        )
 
     def _write_status(self, launched: Launched, *, finished: bool = False) -> None:
         now_s = time.monotonic()
@@ -404,8 +478,10 @@ class Experiment:
     def _final_state(self, returncode: int | None) -> ExperimentState:
         if self.timed_out:
             return ExperimentState.TIMED_OUT
-        if self.stop_reason is not None or self.early_stop_sent:
+        if self.stop_reason is not None:
             return ExperimentState.KILLED
+        if self.early_stop_sent:
+            return ExperimentState.STOPPED_BY_USER
         if returncode == 0:
             return ExperimentState.COMPLETED
         return ExperimentState.CRASHED

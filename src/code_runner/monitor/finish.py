@@ -6,9 +6,12 @@ Collection reads only declared paths and the run's own logs, and the result is r
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+import code_runner.monitor.figures as figures
 from code_runner import files
 from code_runner.clock import utc_now
 from code_runner.monitor.checks import ProgressCheck
@@ -33,6 +36,7 @@ from code_runner.proc import read_head_tail
 
 MAX_PLOTS = 8
 _EVIDENCE_BYTES = 16 * 1024 * 1024
+PROVENANCE_FILE = "provenance.json"
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Outcome:
     peak_processes: int
     memory_baseline_bytes: int | None
     cpu_s: float
+    memory_samples: tuple[tuple[float, int, int | None], ...]
     alerts: tuple[AlertRecord, ...]
     answers: tuple[AnswerRecord, ...]
     stop_reason: str | None
@@ -62,6 +67,22 @@ class Outcome:
 
     def result_fields(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def make_watch(spec: ExperimentSpec, kind: ExperimentType, record: ExperimentRecord) -> OutputWatch:
+    """The output watch an experiment of `kind` gets (the monitor's, or a watchdog's at the end)."""
+    return OutputWatch(
+        record.stdout_path,
+        record.stderr_path,
+        spec.cwd,
+        spec.monitor,
+        parse_metrics=kind is ExperimentType.TRAINING
+        or spec.metric is not None
+        or spec.metric_regex is not None,
+        parse_progress=kind in (ExperimentType.ETL, ExperimentType.SIMULATION)
+        or spec.progress_total is not None,
+        metric_regex=re.compile(spec.metric_regex) if spec.metric_regex else None,
+    )
 
 
 def finish_run(
@@ -88,7 +109,7 @@ def finish_run(
     )
     criteria = tuple(judge(c, evidence) for c in spec.criteria())
     success = (
-        outcome.state is ExperimentState.COMPLETED
+        outcome.state in (ExperimentState.COMPLETED, ExperimentState.STOPPED_BY_USER)
         and all(c.passed for c in criteria)
         and not any(o.missing for o in outputs)
     )
@@ -96,6 +117,9 @@ def finish_run(
     watched = watch.watched_metric(spec.metric) if watch.parse_metrics else None
     result = ExperimentResult(
         **outcome.result_fields(),
+        run_id=record.run_dir.name,
+        memory_plot=_memory_plot(record, outcome),
+        provenance=_provenance(record),
         success=success,
         command=spec.command,
         display_command=spec.display_command,
@@ -106,6 +130,7 @@ def finish_run(
         timeout_s=spec.timeout_s,
         interval_s=spec.interval_s,
         stderr_tail=tuple(tail_lines(record.stderr_path)),
+        stdout_tail=tuple(tail_lines(record.stdout_path)),
         criteria=criteria,
         outputs=outputs,
         metrics=metrics,
@@ -134,18 +159,21 @@ def finish_run(
     return result
 
 
+def _provenance(record: ExperimentRecord) -> dict[str, Any]:
+    try:
+        data = json.loads((record.run_dir / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _metric_summaries(watch: OutputWatch, record: ExperimentRecord) -> tuple[MetricSummary, ...]:
+    plots = _plots(watch, record)
     summaries: list[MetricSummary] = []
     for name in watch.series.names():
-        points = watch.series.points[name]
-        values = [v for _, v in points]
+        values = [v for _, v in watch.series.points[name]]
         if not values:
             continue
-        plot = None
-        if len(values) >= 2 and len(summaries) < MAX_PLOTS:
-            path = record.plot_path(name)
-            files.atomic_write_bytes(path, line_chart(name, points))
-            plot = path.name
         summaries.append(
             MetricSummary(
                 name=name,
@@ -155,10 +183,39 @@ def _metric_summaries(watch: OutputWatch, record: ExperimentRecord) -> tuple[Met
                 min=min(values),
                 max=max(values),
                 sparkline=sparkline(values),
-                plot=plot,
+                plot=plots.get(name),
             )
         )
     return tuple(summaries)
+
+
+def _plots(watch: OutputWatch, record: ExperimentRecord) -> dict[str, str]:
+    """Plot file per metric: a family (`loss` with `val_loss`) shares one with matplotlib."""
+    points = {n: p for n, p in watch.series.points.items() if len(p) >= 2}
+    groups = figures.families(list(points)) if figures.available() else {n: [n] for n in points}
+    plots: dict[str, str] = {}
+    for family, names in list(groups.items())[:MAX_PLOTS]:
+        path = record.plot_path(family)
+        if figures.available():
+            png = figures.metric_figure(family, {n: points[n] for n in names})
+        else:
+            png = line_chart(family, points[family])
+        files.atomic_write_bytes(path, png)
+        plots.update(dict.fromkeys(names, path.name))
+    return plots
+
+
+def _memory_plot(record: ExperimentRecord, outcome: Outcome) -> str | None:
+    samples = outcome.memory_samples
+    if len(samples) < 2:
+        return None
+    path = record.plot_path("memory")
+    if figures.available():
+        png = figures.memory_figure(samples)
+    else:
+        png = line_chart("memory MiB (RSS)", [(t, r / 2**20) for t, r, _ in samples])
+    files.atomic_write_bytes(path, png)
+    return path.name
 
 
 def _progress(progress: ProgressCheck, watch: OutputWatch) -> ProgressSummary | None:

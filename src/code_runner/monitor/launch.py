@@ -65,6 +65,7 @@ class Launched:
         self._parents: dict[int, int] = {}
         self._cpu_reaped_base = _reaped_cpu_s()
         self._last_cpu_s = 0.0
+        self.exclude: set[int] = set()  # our children that are not the command's (the watchdog)
         self.pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
             self.pidfd = os.pidfd_open(process.pid)
@@ -108,12 +109,15 @@ class Launched:
         return [self._known[pid] for pid in ours]
 
     def _adopt(self, pid: int) -> bool:
-        """A new pid under us is ours if it descends from the command or carries our token."""
+        """A new pid under us is ours if it descends from the command, carries our token, or
+        was re-parented to us (an `env -i setsid` escapee whose parent exited)."""
+        if pid in self.exclude:
+            return False
         try:
             member = psutil.Process(pid)
         except psutil.Error:
             return False
-        if self._descends(pid) or self._has_token(member):
+        if self._descends(pid) or self._parents.get(pid) == os.getpid() or self._has_token(member):
             self._known[pid] = member
             return True
         return False

@@ -19,9 +19,23 @@ _MAX_READ_BYTES = 4 * 1024 * 1024
 _MAX_SEGMENT_CHARS = 4096
 _MAX_POINTS_PER_METRIC = 5000
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_KV_RE = re.compile(rf"(?<![\w./])([A-Za-z_][\w./-]{{0,63}})\s*[:=]\s*({_NUMBER})(?![\w.:/])")
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+_KV_RE = re.compile(
+    rf"(?<![\w./])([A-Za-z_][\w./-]{{0,63}})\s*[:=]\s*({_NUMBER})(?![\w.:/])", re.IGNORECASE
+)
 _STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "batch")
+# `epoch 3 loss 0.31 val_loss 0.32`: a step word and its number, then name/value pairs
+_STEP_WORD_RE = re.compile(
+    r"(?<![\w./-])(step|global_step|iteration|iter|epoch|batch)\s*[#]?\s*(\d+)(?:\s*/\s*\d+)?"
+    r"(?![\w.])",
+    re.IGNORECASE,
+)
+_PAIR_RE = re.compile(
+    rf"(?<![\w./])([A-Za-z_][\w./-]{{0,63}})\s+({_NUMBER})(?![\w.:/])", re.IGNORECASE
+)
+# lines that are not metrics even though they look like them: a scikit-learn search's
+# `[CV] END max_depth=3, min_samples_leaf=1; total time= 0.1s` lists parameters
+_NOT_METRICS = re.compile(r"^\s*\[CV\b|^\s*Fitting \d+ folds")
 _TQDM_RE = re.compile(r"(\d+)%\|[^|]*\|\s*([\d.]+)([kMG]?)/([\d.]+)([kMG]?)")
 _FRACTION_RE = re.compile(r"(?<![\w.:/-])(\d[\d,]*)\s*(?:/|\bof\b)\s*(\d[\d,]*)(?![\w.:/-])")
 _COUNTER_RE = re.compile(
@@ -116,9 +130,14 @@ def terminal_lines(segments: Iterable[Segment]) -> list[str]:
 
 
 def parse_metrics(text: str, regex: re.Pattern[str] | None = None) -> dict[str, float]:
-    """Numeric metrics in one segment: a user regex, a JSON object, or key: value / key=value."""
+    """Numeric metrics in one segment: a user regex, a JSON object, key: value / key=value,
+    or name/value pairs after a step word (`epoch 3 loss 0.31`).
+
+    NaN and inf are kept: a diverged metric must be seen, not dropped."""
     if regex is not None:
         return _parse_regex(text, regex)
+    if _NOT_METRICS.search(text):
+        return {}
     stripped = text.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
         try:
@@ -129,13 +148,13 @@ def parse_metrics(text: str, regex: re.Pattern[str] | None = None) -> dict[str, 
             return {
                 str(k): float(v)
                 for k, v in obj.items()
-                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                if isinstance(v, int | float) and not isinstance(v, bool)
             }
-    found: dict[str, float] = {}
-    for m in _KV_RE.finditer(text):
-        value = float(m.group(2))
-        if math.isfinite(value):
-            found[m.group(1)] = value
+    found = {m.group(1): float(m.group(2)) for m in _KV_RE.finditer(text)}
+    if not found and (step := _STEP_WORD_RE.search(text)):
+        found[step.group(1).lower()] = float(step.group(2))
+        for m in _PAIR_RE.finditer(text, step.end()):
+            found.setdefault(m.group(1), float(m.group(2)))
     return found
 
 
@@ -154,8 +173,7 @@ def _parse_regex(text: str, regex: re.Pattern[str]) -> dict[str, float]:
                 value = float(raw)
             except ValueError:
                 continue
-            if math.isfinite(value):
-                found[key] = value
+            found[key] = value
     return found
 
 

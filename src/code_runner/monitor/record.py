@@ -9,6 +9,7 @@ for people.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from datetime import UTC, datetime
@@ -37,6 +38,10 @@ class MonitorEvent(StrEnum):
     SIGNAL_RECEIVED = "signal_received"
     OUTPUTS_COLLECTED = "outputs_collected"
     RUN_FINISHED = "run_finished"
+    WATCHDOG_STARTED = "watchdog_started"
+    DETACHED = "detached"
+    MONITOR_LOST = "monitor_lost"
+    NOTIFIED = "notified"
 
 
 def default_run_dir(base: Path) -> Path:
@@ -45,9 +50,16 @@ def default_run_dir(base: Path) -> Path:
     return base / DEFAULT_PARENT / f"{stamp}-{secrets.token_hex(3)}"
 
 
+DETACHED_LOG = "monitor.log"  # a detached monitor's own output, opened before the record
+DETACHED_SPEC = "detach.json"  # the spec `exec --detach` hands its background monitor
+_PRESEEDED = frozenset({DETACHED_LOG, DETACHED_SPEC})
+
+
 def check_run_dir(run_dir: Path) -> None:
     """Refuse a run dir that already holds files: a record is never mixed with another."""
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    if run_dir.exists() and (
+        not run_dir.is_dir() or any(p.name not in _PRESEEDED for p in run_dir.iterdir())
+    ):
         raise UsageError(
             f"run dir {run_dir} already exists and is not empty",
             fix="pass a new --run-dir, or leave it out to get a fresh timestamped one",
@@ -57,9 +69,10 @@ def check_run_dir(run_dir: Path) -> None:
 class ExperimentRecord:
     """Paths and writers of one exec run dir (the task record is `record.writer.RunRecord`)."""
 
-    def __init__(self, run_dir: Path) -> None:
-        check_run_dir(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, run_dir: Path, *, reopen: bool = False) -> None:
+        if not reopen:
+            check_run_dir(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir = run_dir
         self.events_path = run_dir / "events.jsonl"
         self.status_path = run_dir / "status.json"
@@ -67,8 +80,20 @@ class ExperimentRecord:
         self.stderr_path = run_dir / "stderr.log"
         self.result_path = run_dir / "result.json"
         self.report_path = run_dir / "experiment_result.md"
+        self.spec_path = run_dir / "spec.json"
+        self.watchdog_path = run_dir / "watchdog.json"
         self.opened_s = time.monotonic()
         self._seq = 0
+        if reopen:  # a watchdog finishing a dead monitor's record: events continue its count
+            events = files.read_jsonl(self.events_path) if self.events_path.exists() else []
+            self._seq = max((int(e.get("seq", 0)) for e in events), default=0)
+            first = events[0] if events else {}
+            self.opened_s -= _since(str(first.get("at", ""))) - float(first.get("t_s", 0.0))
+
+    @classmethod
+    def reopen(cls, run_dir: Path) -> ExperimentRecord:
+        """The record of a run whose monitor is gone, to finish it."""
+        return cls(run_dir, reopen=True)
 
     def emit(self, kind: MonitorEvent, /, **data: Any) -> None:
         self._seq += 1
@@ -84,6 +109,22 @@ class ExperimentRecord:
     def write_status(self, status: dict[str, Any]) -> None:
         files.atomic_write_json(self.status_path, {"updated_at": utc_now(), **status})
 
+    def read_status(self) -> dict[str, Any]:
+        """The last `status.json` ({} when there is none or it cannot be read)."""
+        try:
+            data = json.loads(self.status_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def plot_path(self, metric: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in metric)[:60]
         return self.run_dir / f"plot-{safe}.png"
+
+
+def _since(stamp: str) -> float:
+    """Seconds since an ISO time stamp (0 when it cannot be read)."""
+    try:
+        return max(0.0, (datetime.now(UTC) - datetime.fromisoformat(stamp)).total_seconds())
+    except ValueError:
+        return 0.0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from code_runner.errors import RecordError
 from code_runner.monitor.checks import mib
+from code_runner.monitor.passport import passport_lines
 from code_runner.monitor.result import ExperimentResult, load_result
 from code_runner.monitor.summarize import TableSummary
 
@@ -34,7 +35,22 @@ def headline(result: ExperimentResult) -> str:
         exit_text += f", signal {result.signal}"
     verdict = "criteria met" if result.success else "criteria NOT met"
     state = result.state.value.upper()
-    return f"{state} ({exit_text}) after {_duration(result.duration_s)}; {verdict}"
+    text = f"{state} ({exit_text}) after {_duration(result.duration_s)}; {verdict}"
+    return "; ".join([text, *warnings(result)])
+
+
+def warnings(result: ExperimentResult) -> list[str]:
+    """What must not be missed even when the command succeeded: divergence, no metric."""
+    found: list[str] = []
+    diverged = next((a for a in result.alerts if a.kind == "DIVERGED"), None)
+    if diverged is not None:
+        values = ", ".join(f"{k} = {v}" for k, v in diverged.data.items())
+        found.append(f"DIVERGED ({values})")
+    if result.type == "training" and not result.metrics:
+        found.append(
+            "NO METRIC: nothing like `loss: 0.5` was found in the output (see --metric-regex)"
+        )
+    return found
 
 
 def _memory(result: ExperimentResult) -> str:
@@ -67,6 +83,8 @@ def render_report(result: ExperimentResult) -> str:
         f"| tree CPU time | {result.cpu_s:.1f} s |",
         f"| checks | {result.checks} every {result.interval_s:g} s |",
     ]
+    if result.stop_reason:
+        lines.append(f"| stopped because | {_cell(result.stop_reason)} |")
     if result.kill is not None:
         k = result.kill
         lines.append(
@@ -82,11 +100,14 @@ def render_report(result: ExperimentResult) -> str:
     lines += _outputs_section(result)
     lines += _metrics_section(result)
     lines += _alerts_section(result)
+    lines += ["", "## Last lines of stdout", ""]
+    lines += ["```text", *result.stdout_tail, "```"] if result.stdout_tail else ["(empty)"]
     lines += ["", "## Last lines of stderr", ""]
     if result.stderr_tail:
         lines += ["```text", *result.stderr_tail, "```"]
     else:
         lines.append("(stderr was empty)")
+    lines += passport_lines(result)
     lines += [
         "",
         "Full output: `stdout.log`, `stderr.log`; every event: `events.jsonl`; "
@@ -157,10 +178,12 @@ def _metrics_section(result: ExperimentResult) -> list[str]:
                 f"| {_cell(m.name)} | {m.points} | {m.first:.6g} | {m.last:.6g} | {m.min:.6g} "
                 f"| {m.max:.6g} | {m.sparkline} |"
             )
-        plots = [m for m in result.metrics if m.plot]
+        plots = list(dict.fromkeys(m.plot for m in result.metrics if m.plot))  # shared: once
         if plots:
             lines.append("")
-            lines += [f"![{_cell(m.name)}]({m.plot})" for m in plots]
+            lines += [f"![{_cell(Path(p).stem.removeprefix('plot-'))}]({p})" for p in plots]
+    if result.memory_plot:
+        lines += ["", "## Memory", "", f"![memory]({result.memory_plot})"]
     if result.progress is not None:
         p = result.progress
         total = f"/{p.total:g}" if p.total else ""
@@ -203,8 +226,31 @@ def render_status(run_dir: Path) -> str:
             fix="pass the --run-dir of a `code-runner exec` run",
         ) from None
     state = str(status.get("state", "?")).upper()
-    return (
+    text = (
         f"{state} for {_duration(float(status.get('elapsed_s', 0)))}"
         f", check #{status.get('check_no', 0)}, pid {status.get('pid', '?')}\n"
         f"updated: {status.get('updated_at', '?')}"
     )
+    return text + _monitor_note(status)
+
+
+def _monitor_note(status: dict[str, object]) -> str:
+    """Say so when the monitor is gone: the status is no longer being refreshed."""
+    monitor = status.get("monitor_pid")
+    if not isinstance(monitor, int) or status.get("finished") or _pid_alive(monitor):
+        return ""
+    guard = status.get("watchdog_pid")
+    held = (
+        f"its watchdog (pid {guard}) holds the timeout"
+        if isinstance(guard, int) and _pid_alive(guard)
+        else "nothing holds the timeout: run `code-runner gc`"
+    )
+    return f"\nmonitor pid {monitor} is gone; {held}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -8,7 +8,7 @@ expected outputs exist. `load_result` is how `code-runner status RUN_DIR` reads 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -101,11 +101,14 @@ class ExperimentResult(_Frozen):
     peak_processes: int = 0
     memory_baseline_bytes: int | None = None
     cpu_s: float = 0.0
+    memory_samples: tuple[tuple[float, int, int | None], ...] = ()
+    memory_plot: str | None = None
     stop_reason: str | None = None
     interrupted: bool = False
     kill: KillSummary | None = None
     leftovers_killed: int = 0
     stderr_tail: tuple[str, ...] = ()
+    stdout_tail: tuple[str, ...] = ()
     criteria: tuple[CriterionOutcome, ...] = ()
     outputs: tuple[ExpectedOutput, ...] = ()
     metrics: tuple[MetricSummary, ...] = ()
@@ -115,6 +118,8 @@ class ExperimentResult(_Frozen):
     answers: tuple[AnswerRecord, ...] = ()
     skipped_output_bytes: int = 0
     settings: dict[str, float | int | str | None] = {}
+    run_id: str = ""
+    provenance: dict[str, Any] = {}
 
 
 def load_result(run_dir: Path) -> ExperimentResult:

@@ -135,6 +135,7 @@ class ExperimentSpec(BaseModel):
     min_delta: float = Field(0.001, ge=0)
     slow_ratio: float = Field(0.5, gt=0, lt=1)
     progress_total: int | None = Field(None, gt=0)
+    notify: str | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -16,6 +16,7 @@ class ExperimentState(StrEnum):
     CRASHED = "crashed"
     TIMED_OUT = "timed_out"
     KILLED = "killed"
+    STOPPED_BY_USER = "stopped_by_user"  # an early stop asked for: the job saved and exited
 
 
 TRANSITIONS: dict[ExperimentState, frozenset[ExperimentState]] = {
@@ -26,12 +27,14 @@ TRANSITIONS: dict[ExperimentState, frozenset[ExperimentState]] = {
             ExperimentState.CRASHED,
             ExperimentState.TIMED_OUT,
             ExperimentState.KILLED,
+            ExperimentState.STOPPED_BY_USER,
         }
     ),
     ExperimentState.COMPLETED: frozenset(),
     ExperimentState.CRASHED: frozenset(),
     ExperimentState.TIMED_OUT: frozenset(),
     ExperimentState.KILLED: frozenset(),
+    ExperimentState.STOPPED_BY_USER: frozenset(),
 }
 
 FINAL_STATES = frozenset(state for state, nexts in TRANSITIONS.items() if not nexts)

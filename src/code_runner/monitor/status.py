@@ -5,6 +5,7 @@ A pure function of the experiment at one moment; the loop writes it after every 
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from code_runner.monitor.collect import count_present
@@ -23,6 +24,9 @@ def status(experiment: Experiment, *, pid: int, now_s: float, finished: bool) ->
         "state": e.state.value,
         "finished": finished,
         "pid": pid,
+        "monitor_pid": os.getpid(),
+        "watchdog_pid": e.watchdog_pid,
+        "deadline_at": round(e.deadline_at(), 3),
         "type": e.kind.value,
         "check_no": e.check_no,
         "elapsed_s": round(now_s - e.started_s, 3),

@@ -8,6 +8,7 @@ Colour follows rich's rules, and NO_COLOR turns it off.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -216,3 +217,13 @@ def choose_ui(force_plain: bool = False) -> PlainUI:
     if not force_plain and sys.stdin.isatty() and sys.stderr.isatty():
         return TerminalUI(sys.stdin.fileno())
     return PlainUI()
+
+
+def silence_terminal() -> None:
+    """Point stdin, stdout and stderr at /dev/null: the terminal is gone (SIGHUP), and a
+    write to a hung-up terminal fails."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)

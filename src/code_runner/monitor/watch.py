@@ -8,6 +8,7 @@ files only count as activity.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class OutputWatch:
         self.series = MetricSeries()
         self.progress: Progress | None = None
         self._recent: deque[str] = deque(maxlen=_RECENT_LINES)
+        self.diverged: dict[str, float] = {}  # metric -> the first NaN/inf it showed
+        self._refreshed: dict[str, float] = {}  # the latest `\r`-refreshed values (tqdm)
 
     def _monitored(self) -> list[Path]:
         return [path for pattern in self.patterns for path in expand(self.cwd, pattern)]
@@ -92,7 +95,7 @@ class OutputWatch:
         for name, reader in self.streams.items():
             segments = reader.read_new(final=final)
             for seg in segments:
-                self._parse(seg.text, None)
+                self._parse(seg.text, None, refreshed=seg.overwritten)
             cut = len(segments)
             while cut and segments[cut - 1].overwritten:
                 cut -= 1
@@ -102,7 +105,7 @@ class OutputWatch:
             self._recent.extend(lines)
             shown[name] = Shown(tuple(lines), (partial.strip() and partial) or rewriting)
             if self.parse_progress and not final and partial and (p := parse_progress(partial)):
-                self.progress = p
+                self._progressed(p)
         for path in self._monitored():
             if path.is_dir() or path.suffix.lower() in _BINARY_SUFFIXES:
                 continue
@@ -112,19 +115,56 @@ class OutputWatch:
             )
             for seg in reader.read_new(final=final):
                 self._parse(seg.text, csv_parser)
+        if final:
+            self.sample_refreshed()
         return shown
 
-    def _parse(self, text: str, csv_parser: CsvRowParser | None) -> None:
+    def sample_refreshed(self) -> None:
+        """Take the latest `\r`-refreshed values (a tqdm postfix) as one point: once per
+        check, so a bar redrawn 50 times a second does not make 50 points."""
+        if self._refreshed:
+            self._add(self._refreshed)
+            self._refreshed = {}
+
+    def _add(self, values: dict[str, float]) -> None:
+        finite = {k: v for k, v in values.items() if math.isfinite(v)}
+        for name, value in values.items():
+            if not math.isfinite(value):
+                self.diverged.setdefault(name, value)
+        if finite:
+            self.series.add(finite)
+
+    def _parse(
+        self, text: str, csv_parser: CsvRowParser | None, *, refreshed: bool = False
+    ) -> None:
         if not text.strip():
             return
         if self.parse_metrics:
             values = (
                 csv_parser.parse(text) if csv_parser else parse_metrics(text, self.metric_regex)
             )
-            if values:
-                self.series.add(values)
+            if values and refreshed:
+                self._refreshed = values
+            elif values:
+                self._refreshed = {}  # a whole line supersedes the bar's last redraw
+                self._add(values)
         if self.parse_progress and csv_parser is None and (p := parse_progress(text)):
-            self.progress = p
+            self._progressed(p)
+
+    def _progressed(self, new: Progress) -> None:
+        """A bare count (`wrote 40256 rows`) never replaces progress against a total
+        (`processed 50000/50000`): it counts something else."""
+        if new.total is None and self.progress is not None and self.progress.total is not None:
+            return
+        self.progress = new
+
+    def start_at_current_sizes(self) -> None:
+        """Monitored files that exist before launch are read from their current size:
+        bytes an earlier run appended are not this run's."""
+        for path in self._monitored():
+            if path.is_file():
+                reader = self.files.setdefault(path, SegmentReader(path))
+                reader.offset = _stat(path)[0]
 
     def activity(self) -> tuple[tuple[str, int, int], ...]:
         """(name, size, mtime_ns) of everything watched: any change means "not stalled"."""

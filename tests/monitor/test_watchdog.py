@@ -1,0 +1,301 @@
+"""Bounded whatever happens to the terminal: SIGHUP, a SIGKILLed monitor, a dead watchdog.
+
+Real monitors run as subprocesses; the job writes its own pid and its helper's pid, and the
+tests check through /proc that the job ran until its timeout and that nothing survived it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from code_runner.monitor.orphans import collect_orphans, registry_dir
+from code_runner.monitor.result import load_result
+from tests.helpers.monitor import PY, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fast_checks")]
+
+# The job starts a helper in its own session (as DataLoader workers or a daemon would),
+# writes both pids, then works forever: only the hard timeout may end it.
+JOB = """
+import os, subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                          start_new_session=True)
+open("pids.txt", "w").write(f"{os.getpid()} {helper.pid}")
+while True:
+    print("working", flush=True)
+    time.sleep(0.2)
+"""
+EXEC = [PY, "-m", "code_runner.cli.exec_cmd"]
+BASE = ["--interval", "0.1", "--grace", "0.3"]
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """A failing test must not leave its job running: end what pids.txt names (only while
+    it still runs in this test's directory, so a reused pid is never touched)."""
+    yield
+    with contextlib.suppress(OSError, ValueError):
+        for pid in [int(p) for p in (tmp_path / "pids.txt").read_text().split()]:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve():
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _pids(tmp_path: Path) -> list[int]:
+    assert wait_for(
+        lambda: (tmp_path / "pids.txt").exists() and (tmp_path / "pids.txt").read_text()
+    )
+    return [int(p) for p in (tmp_path / "pids.txt").read_text().split()]
+
+
+def dead(pid: int) -> bool:
+    """No live process has this pid (/proc): gone, or a zombie (this test process may be the
+    subreaper a killed monitor's orphans were re-parented to; it reaps them here)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    if state == "Z":
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        return True
+    return False
+
+
+def _status(run_dir: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run_dir / "status.json").read_text())
+    return data
+
+
+def _events(run_dir: Path) -> list[str]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [json.loads(line)["kind"] for line in lines]
+
+
+def _start(tmp_path: Path, run_dir: Path, timeout: str) -> subprocess.Popen[bytes]:
+    (tmp_path / "job.py").write_text(JOB)
+    monitor = subprocess.Popen(
+        [
+            *EXEC,
+            "--yes",
+            "--run-dir",
+            str(run_dir),
+            "--cwd",
+            str(tmp_path),
+            *BASE,
+            "--timeout",
+            timeout,
+            "--",
+            PY,
+            "job.py",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    assert wait_for(
+        lambda: (run_dir / "status.json").exists() and _status(run_dir).get("watchdog_pid")
+    )
+    return monitor
+
+
+def test_sighup_detaches_the_monitor_which_still_enforces_the_timeout(
+    tmp_path: Path, pty_session: Any
+) -> None:
+    run_dir = tmp_path / "run"
+    (tmp_path / "job.py").write_text(JOB)
+    s = pty_session(
+        ["--yes", "--run-dir", str(run_dir), *BASE, "--timeout", "4", "--", PY, "job.py"]
+    )
+    s.expect("│ working")  # the live tail on the terminal
+    job, helper = _pids(tmp_path)
+    began = time.monotonic()
+    os.killpg(s.proc.pid, signal.SIGHUP)  # what closing the terminal / tmux kill-session does
+    assert wait_for(lambda: "detached" in _events(run_dir), 5)
+    os.close(s.master)  # the terminal is gone for good
+    time.sleep(0.5)
+    assert s.proc.poll() is None, "SIGHUP must not end the monitor"
+    assert not dead(job) and not dead(helper)  # the job runs on until its timeout
+    code = s.proc.wait(timeout=20)
+    assert code == 124
+    assert time.monotonic() - began >= 2.0
+    result = load_result(run_dir)
+    assert result.state.value == "timed_out"
+    assert result.kill is not None and result.kill.survivors == ()
+    assert dead(job) and dead(helper)
+    assert _status(run_dir)["finished"] is True and _status(run_dir)["state"] == "timed_out"
+    s.master = os.open(os.devnull, os.O_RDONLY)  # the fixture closes it
+
+
+def test_monitor_sigkilled_watchdog_holds_the_timeout_and_finishes_the_record(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    monitor = _start(tmp_path, run_dir, "4")
+    job, helper = _pids(tmp_path)
+    status = _status(run_dir)
+    assert status["monitor_pid"] == monitor.pid and status["pid"] == job
+    watchdog = status["watchdog_pid"]
+    monitor.kill()  # as the OOM killer would
+    monitor.wait()
+    time.sleep(1.0)
+    assert not dead(job) and not dead(helper), "only the hard timeout kills"
+    assert not (run_dir / "result.json").exists()
+    shown = subprocess.run(
+        [PY, "-m", "code_runner", "status", str(run_dir)], capture_output=True, text=True
+    )
+    assert f"monitor pid {monitor.pid} is gone; its watchdog (pid {watchdog})" in shown.stdout
+    as_json = subprocess.run(
+        [PY, "-m", "code_runner", "status", "--json", str(run_dir)], capture_output=True
+    )
+    assert json.loads(as_json.stdout)["status"]["watchdog_pid"] == watchdog
+    assert wait_for(lambda: (run_dir / "result.json").exists(), 20)
+    result = load_result(run_dir)
+    assert result.state.value == "timed_out" and result.exit_code == 124
+    assert result.stop_reason is not None and "watchdog" in result.stop_reason
+    assert result.kill is not None and result.kill.survivors == ()
+    assert result.kill.signalled >= 2
+    assert result.duration_s >= 3.5
+    assert wait_for(lambda: dead(job) and dead(helper), 5)
+    assert wait_for(lambda: dead(watchdog), 5)
+    assert _status(run_dir)["finished"] is True
+    kinds = _events(run_dir)
+    assert "monitor_lost" in kinds and kinds[-1] == "run_finished"
+    report = (run_dir / "experiment_result.md").read_text()
+    assert "watchdog" in report
+
+
+def test_gc_finds_a_record_whose_monitor_and_watchdog_are_dead(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    monitor = _start(tmp_path, run_dir, "6")
+    job, helper = _pids(tmp_path)
+    guard = _status(run_dir)["watchdog_pid"]
+    os.kill(guard, signal.SIGKILL)
+    monitor.kill()
+    monitor.wait()
+    assert wait_for(lambda: dead(guard))
+    assert list(registry_dir().glob("*.json"))
+    dry = collect_orphans(dry_run=True)
+    assert [o.run_dir for o in dry] == [str(run_dir.resolve())]
+    assert dry[0].action == "would restart its watchdog"
+    assert not dead(job)  # a dry run touches nothing
+    found = collect_orphans()
+    assert found[0].action.startswith("restarted its watchdog")
+    # the new watchdog holds the same deadline and finishes the record
+    assert wait_for(lambda: (run_dir / "result.json").exists(), 20)
+    assert load_result(run_dir).state.value == "timed_out"
+    assert wait_for(lambda: dead(job) and dead(helper), 5)
+    assert collect_orphans() == []
+    assert not list(registry_dir().glob("*.json"))  # finished records leave the list
+
+
+def test_gc_finishes_a_record_past_its_deadline(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    monitor = _start(tmp_path, run_dir, "1.5")
+    job, helper = _pids(tmp_path)
+    guard = _status(run_dir)["watchdog_pid"]
+    os.kill(guard, signal.SIGKILL)
+    monitor.kill()
+    monitor.wait()
+    assert wait_for(lambda: dead(guard))
+    time.sleep(2.0)  # the deadline passes with nobody holding it
+    assert not dead(job)
+    listed = subprocess.run(
+        [PY, "-m", "code_runner", "gc", "--json"], capture_output=True, text=True, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    found = json.loads(listed.stdout)["experiments"]
+    assert found[0]["run_dir"] == str(run_dir.resolve())
+    assert found[0]["action"] == "finished it as timed_out" and found[0]["killed"] >= 2
+    assert dead(job) and dead(helper)
+    assert load_result(run_dir).kill is not None
+    shown = subprocess.run(
+        [PY, "-m", "code_runner", "status", str(run_dir)], capture_output=True, text=True
+    )
+    assert "TIMED_OUT" in shown.stdout
+
+
+def test_a_setsid_escapee_without_the_token_is_killed_at_the_timeout(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    line = "(env -i setsid sleep 300 & echo $! > escapee.txt); sleep 300"
+    done = subprocess.run(
+        [
+            *EXEC,
+            "--yes",
+            "--run-dir",
+            str(run_dir),
+            "--cwd",
+            str(tmp_path),
+            *BASE,
+            "--timeout",
+            "1.5",
+            "--",
+            "bash",
+            "-c",
+            line,
+        ],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 124, done.stderr
+    escapee = int((tmp_path / "escapee.txt").read_text())
+    result = load_result(run_dir)
+    assert result.kill is not None and result.kill.survivors == ()
+    assert dead(escapee)
+
+
+def test_detach_prints_the_run_dir_and_the_run_goes_on(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    began = time.monotonic()
+    done = subprocess.run(
+        [
+            *EXEC,
+            "--detach",
+            "--yes",
+            "--run-dir",
+            str(run_dir),
+            "--cwd",
+            str(tmp_path),
+            *BASE,
+            "--",
+            PY,
+            "-c",
+            "import time; time.sleep(1.5); print('done')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(run_dir)
+    assert time.monotonic() - began < 1.5 + 1.0
+    assert not (run_dir / "result.json").exists()
+    watched = subprocess.run(
+        [PY, "-m", "code_runner", "watch", "--interval", "0.1", "--timeout", "30", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "run_started" in watched.stdout and "COMPLETED (exit 0)" in watched.stdout
+    shown = subprocess.run(
+        [PY, "-m", "code_runner", "result", "--json", str(run_dir)],
+        capture_output=True,
+        check=False,
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "completed"
+    result = load_result(run_dir)
+    assert result.state.value == "completed" and result.success
+    assert (run_dir / "stdout.log").read_text() == "done\n"
