@@ -104,6 +104,11 @@ class Workspace:
         trees.restore_tree(self.paths, tree)
         self._tree = tree
 
+    def materialize(self) -> str:
+        """Write the index's tree out as the work tree with the base's attributes only."""
+        self._tree = trees.materialize(self.paths)
+        return self._tree
+
     def export(self, tree: str) -> ExportedPatch:
         """The patch of `tree` against base (restored first when the work tree holds
         another), with its review text, checked to apply on a clean base."""
