@@ -182,9 +182,7 @@ def apply_run(
     walls = dod_sandbox(run, unsandboxed=unsandboxed)
     with dod_env(run) as env:
         outcome = apply_patch(
-            request(
-                run, commit=commit, author=author, run_hooks=run_hooks, env=env, sandbox=walls
-            ),
+            request(run, commit=commit, author=author, run_hooks=run_hooks, env=env, sandbox=walls),
             record,
         )
     decided = {"decision": "applied"} if outcome.ok else {}

@@ -60,7 +60,11 @@ def decide_dod_sandbox(
     if mode is SandboxMode.AUTO and unsandboxed:
         why = f"--unsandboxed: the sandbox does not work here ({found.reason}); {UNSANDBOXED_RISK}"
         return DodSandbox(False, why, limits, cpu_s)
-    flag = "; or pass --unsandboxed to run it anyway" if mode is SandboxMode.AUTO else ""
+    flag = (
+        "; or, to run it anyway, `code-runner apply RUN_DIR --unsandboxed`"
+        if mode is SandboxMode.AUTO
+        else ""
+    )
     raise ApplyRefused(
         f"the OS sandbox does not work here ({found.reason}), and without it {UNSANDBOXED_RISK}.",
         fix=f"{found.fix or 'make the sandbox work (`code-runner doctor` says how)'}{flag}.",

@@ -124,12 +124,16 @@ class GitState:
             flagged = ", ".join(after.index_flags[:5])
             found.append(f"index flags (assume-unchanged / skip-worktree) were set: {flagged}")
         if after.info != self.info:
-            found.append("the workspace's .git/info (attributes, excludes, sparse-checkout) changed")
+            found.append(
+                "the workspace's .git/info (attributes, excludes, sparse-checkout) changed"
+            )
         if after.alternates != self.alternates:
             found.append("the workspace's object alternates changed")
         if not self.objects <= after.objects:
             gone = sorted(name for name, _, _ in self.objects - after.objects)
-            found.append(f"objects in the workspace's git dir were removed or rewritten: {gone[:3]}")
+            found.append(
+                f"objects in the workspace's git dir were removed or rewritten: {gone[:3]}"
+            )
         return found
 
 
@@ -260,7 +264,7 @@ def _judge(change: Change, allowlist: paths.Allowlist) -> tuple[str, bool] | Non
     return None
 
 
-def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> Audit:  # noqa: C901 - the audit's steps in their required order
+def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> Audit:
     """Enforce the rules on the work tree; afterwards it is exactly base + `allowed`."""
     after = git_state(ws)
     violations = before.violations(after)
