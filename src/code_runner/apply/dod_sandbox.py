@@ -22,6 +22,10 @@ from code_runner import sandbox
 from code_runner.errors import ApplyRefused
 from code_runner.sandbox import DEFAULT_LIMITS, ResourceLimits, SandboxMode
 
+# Above this many tracked files the argv would outgrow the kernel's limit: the DoD may then
+# write any tracked file, and the snapshot comparison after it is what catches a rewrite.
+MAX_FROZEN = 8000
+
 Wrapper = Callable[[Sequence[str]], list[str]]
 
 UNSANDBOXED_RISK = (
@@ -73,9 +77,15 @@ def decide_dod_sandbox(
 
 @contextlib.contextmanager
 def source_wrapper(
-    walls: DodSandbox, work_tree: Path, git_dir: Path, env: Mapping[str, str], name: str
+    walls: DodSandbox,
+    work_tree: Path,
+    git_dir: Path,
+    env: Mapping[str, str],
+    name: str,
+    frozen: Sequence[Path] = (),
 ) -> Iterator[Wrapper | None]:
-    """The DoD's `wrap_argv` in the user's repo (None: unsandboxed, as decided)."""
+    """The DoD's `wrap_argv` in the user's repo (None: unsandboxed, as decided). `frozen`
+    files are read-only inside (the tracked files the patch leaves alone)."""
     if not walls.use:
         yield None
         return
@@ -85,7 +95,13 @@ def source_wrapper(
             fix="fix the sandbox (`code-runner doctor`), then apply again.",
         )
     session = sandbox.open_source_session(
-        work_tree, git_dir, env=env, limits=walls.limits, cpu_s=walls.cpu_s, name=name
+        work_tree,
+        git_dir,
+        env=env,
+        limits=walls.limits,
+        cpu_s=walls.cpu_s,
+        name=name,
+        frozen=frozen if len(frozen) <= MAX_FROZEN else (),
     )
     with session:
         yield session.wrap

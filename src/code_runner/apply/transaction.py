@@ -157,7 +157,9 @@ class Transaction:
             env = {**self.req.env, "HOME": str(home), "TMPDIR": str(tmp)}
             name = f"apply-{self.req.run_id[:60]}-{self.journal.token}"
             wrap = stack.enter_context(
-                source_wrapper(walls, self.root, self.req.source.git_dir, env, name)
+                source_wrapper(
+                    walls, self.root, self.req.source.git_dir, env, name, self._untouched()
+                )
             )
             verdict = verify.run_dod(
                 dod,
@@ -176,6 +178,15 @@ class Transaction:
         )
         self._move_byproducts(pre)
         return verdict
+
+    def _untouched(self) -> list[Path]:
+        """The source's tracked files the patch leaves alone: read-only for the DoD."""
+        ours = set(self.plan.paths)
+        return [
+            self.root / p
+            for p in (git.decode_path(f) for f in self.req.source.z("ls-files", "-z"))
+            if p not in ours
+        ]
 
     def _move_byproducts(self, pre: snapshot.SourceSnapshot) -> None:
         now = snapshot.take(self.req.source)

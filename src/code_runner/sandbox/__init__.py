@@ -54,6 +54,7 @@ def open_source_session(
     limits: ResourceLimits = DEFAULT_LIMITS,
     cpu_s: int = 3600,
     name: str,
+    frozen: Sequence[Path] = (),
 ) -> Session:
     """A session for a DoD in the user's repo (the apply step): bound read-write at its own
     path, its git dir read-only, no file changing owner. Needs a passing probe."""
@@ -69,6 +70,7 @@ def open_source_session(
         cpu_s=cpu_s,
         cgroups=found.cgroups if found.cgroups_usable else None,
         name=name,
+        frozen=frozen,
     )
 
 

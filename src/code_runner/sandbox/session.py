@@ -24,6 +24,7 @@ from code_runner.sandbox.cgroups import CgroupSet, CgroupSupport
 from code_runner.sandbox.limits import ResourceLimits
 from code_runner.sandbox.profile import (
     SANDBOX_UID,
+    Bind,
     Profile,
     Programs,
     SandboxUser,
@@ -107,6 +108,13 @@ def _hand_over_dir(
     return changed
 
 
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 class Session:
     """The sandbox of one workspace. Use as a context manager around the agent's rounds."""
 
@@ -122,6 +130,7 @@ class Session:
         cgroups: CgroupSupport | None,
         name: str,
         owner: SandboxUser | None = None,
+        frozen: Sequence[Path] = (),
     ) -> None:
         self.workspace = workspace
         self.programs = programs
@@ -131,6 +140,7 @@ class Session:
         # `owner`: a tree that must keep its ownership (the user's repo) is never handed
         # over; a root runner's commands run as the tree's owner instead of a fresh uid.
         self.keeps_owner = owner is not None
+        self._frozen = tuple(frozen)  # files in the tree bound read-only onto themselves
         if os.geteuid() != 0:
             self.identity: SandboxUser | None = None
         else:
@@ -196,7 +206,10 @@ class Session:
             programs=self.programs,
             work_tree=ws.work_tree,
             git_dir=ws.git_dir,
-            read_only=tuple(b for b in self._read_only if mounts.mountable(b, ws.work_tree)),
+            read_only=(
+                *(b for b in self._read_only if mounts.mountable(b, ws.work_tree)),
+                *(Bind(p, p) for p in self._frozen if _regular(p)),
+            ),
             masked_dirs=tuple(self._masks),
             masked_files=tuple(self._secrets),
             env=self._env,

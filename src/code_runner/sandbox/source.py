@@ -5,13 +5,15 @@ owner. A runner that is not root runs the DoD as itself (it owns what it may wri
 runner cannot hand the user's files to a fresh uid, so the command runs as the uid and gid
 that own the repo's work tree, inside the same namespaces (network off, PID namespace, HOME
 and TMPDIR a private tmpfs, secrets masked, every capability dropped, the limits): files it
-writes belong to the repo's owner, as they would had the owner run the tests.
+writes belong to the repo's owner, as they would had the owner run the tests. Tracked files
+the patch does not touch can be bound read-only onto themselves: the DoD may add byproducts,
+never rewrite the user's other files.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +51,10 @@ def source_session(
     cpu_s: int,
     cgroups: CgroupSupport | None,
     name: str,
+    frozen: Sequence[Path] = (),
 ) -> Session:
-    """A session around the user's repo that keeps every file's owner."""
+    """A session around the user's repo that keeps every file's owner. `frozen` files (the
+    tracked files the patch does not touch) are bound read-only onto themselves."""
     return Session(
         SourceTree(work_tree, git_dir),
         programs=programs,
@@ -61,4 +65,5 @@ def source_session(
         cgroups=cgroups,
         name=name,
         owner=repo_owner(work_tree),
+        frozen=frozen,
     )
