@@ -159,7 +159,7 @@ def _tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def _objects(git_dir: Path) -> frozenset[tuple[str, int, int]]:
+def object_files(git_dir: Path) -> frozenset[tuple[str, int, int]]:
     found: set[tuple[str, int, int]] = set()
     objects = git_dir / "objects"
     for dirpath, dirnames, filenames in walk(objects):
@@ -206,7 +206,7 @@ def git_state(ws: WorkspacePaths) -> GitState:
         index_flags=index_flags(ws),
         info=_tree_digest(ws.git_dir / "info"),
         alternates=_tree_digest(ws.git_dir / "objects" / "info"),
-        objects=_objects(ws.git_dir),
+        objects=object_files(ws.git_dir),
     )
 
 
