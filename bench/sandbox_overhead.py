@@ -86,7 +86,7 @@ def measure(repeat: int) -> dict[str, float]:
                 samples["boxed"].append(_time(session.wrap(argv), ws, env))
                 samples["bare_exec"].append(_time_exec(argv, ws, env))
                 samples["boxed_exec"].append(_time_exec(session.wrap(argv), ws, env))
-        workspace.release(ws)
+        ws.release()
     ms = {name: statistics.median(values) * 1000 for name, values in samples.items()}
     return {
         "bare_ms": round(ms["bare"], 2),

@@ -616,11 +616,14 @@ def test_without_rollback_a_failed_source_dod_leaves_the_patch_and_says_so(
     )
 
 
-def test_a_dod_that_changes_the_source_outside_the_patch_blocks_the_commit(
+def test_a_dod_cannot_change_the_source_outside_the_patch(
     tmp_path: Path,
 ) -> None:
+    """The source DoD runs with the tracked files the patch leaves alone read-only: a DoD that
+    writes one fails, the patch goes back out, and the source is byte-identical."""
     source = matrix_repo(tmp_path)
     head = git(source, "rev-parse", "HEAD")
+    before = (source / "other.txt").read_bytes()
     predicate = "open('other.txt', 'a').write('x') and 'a * b' in open('calc.py').read()"
     result = run_complete(
         tmp_path,
@@ -631,11 +634,9 @@ def test_a_dod_that_changes_the_source_outside_the_patch_blocks_the_commit(
         extra=(),
         commit_on_success=True,
     )
-    assert result["source_dod_passed"] is True  # it passed, but it wrote outside the patch
+    assert result["source_dod_passed"] is False  # other.txt is read-only inside the sandbox
     assert result["source_commit"] is None and result["source_rollback_applied"] is True
-    assert "outside the patch" in result["source_apply_error"]
-    assert result["status"] == "failed" and result["reason"] == "source_changed"
-    assert result["source_unchanged"] is False
-    assert any("other.txt" in d for d in result["source_differences"])
+    assert result["source_unchanged"] is True
+    assert (source / "other.txt").read_bytes() == before
     assert git(source, "rev-parse", "HEAD") == head
     assert "a - b" in (source / "calc.py").read_text()  # the patch went back out

@@ -27,6 +27,7 @@ from code_runner.apply.commit import (
     commit_message,
     commit_title,
 )
+from code_runner.apply.dod_sandbox import DodSandbox, decide_dod_sandbox
 from code_runner.apply.journal import apply_lock
 from code_runner.apply.plan import ApplyRequest, PathChange, Plan, prepare
 from code_runner.apply.repair import Repair, repair, repair_stale
@@ -39,6 +40,7 @@ __all__ = [
     "ApplyOutcome",
     "ApplyRefused",
     "ApplyRequest",
+    "DodSandbox",
     "GitIdentity",
     "PathChange",
     "Plan",
@@ -48,6 +50,7 @@ __all__ = [
     "commit_identity",
     "commit_message",
     "commit_title",
+    "decide_dod_sandbox",
     "prepare",
     "repair",
     "repair_stale",

@@ -4,14 +4,18 @@ died), check its DoD on the source's HEAD in a disposable checkout, or reject it
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 import code_runner.apply.journal as journal
 from code_runner import dirs, files, verify, workspace
 from code_runner.apply.commit import GitIdentity
+from code_runner.apply.dod_sandbox import DodSandbox, checkout_wrapper, decide_dod_sandbox
 from code_runner.apply.journal import apply_lock
 from code_runner.apply.plan import ApplyRequest, Plan, prepare
 from code_runner.apply.repair import Repair
@@ -23,6 +27,7 @@ from code_runner.events import EventKind
 from code_runner.record import RunRecord
 from code_runner.record.finished import FinishedRun
 from code_runner.repo import git, snapshot
+from code_runner.sandbox import DEFAULT_LIMITS, ResourceLimits, SandboxMode
 from code_runner.workspace.env import command_env
 
 
@@ -112,15 +117,36 @@ def plan(run: FinishedRun, *, commit: bool, author: GitIdentity | None) -> Plan:
         return prepare(req, snapshot.take(req.source))
 
 
-def check_dod(run: FinishedRun, plan_: Plan) -> verify.Verdict:
-    """Run the DoD on HEAD + patch in a disposable checkout: would it pass? (`--check`)."""
+def dod_sandbox(run: FinishedRun, *, unsandboxed: bool = False) -> DodSandbox:
+    """Where the apply DoD of `run` runs: the sandbox mode and limits the run had."""
+    posture = run.result.sandbox or {}
+    try:
+        mode = SandboxMode(str(posture.get("mode", "auto")))
+    except ValueError:
+        mode = SandboxMode.AUTO
+    limits = DEFAULT_LIMITS
+    with contextlib.suppress(OSError, ValueError, TypeError, ValidationError, AttributeError):
+        request_ = json.loads(run.paths.request.read_text())
+        limits = ResourceLimits.model_validate(request_["spec"]["limits"])
+    cpu_s = limits.cpu_s or max(1, round(run.dod.timeout_s + 0.5))
+    return decide_dod_sandbox(mode, unsandboxed=unsandboxed, limits=limits, cpu_s=cpu_s)
+
+
+def check_dod(run: FinishedRun, plan_: Plan, *, unsandboxed: bool = False) -> verify.Verdict:
+    """Run the DoD on HEAD + patch in a disposable checkout: would it pass? (`--check`).
+
+    Sandboxed like a run's DoD (the checkout is handed to the sandbox's uid)."""
+    walls = dod_sandbox(run, unsandboxed=unsandboxed)
     source = git.open_source(run.cwd)
-    ws = workspace.create(
-        source, plan_.head, run_id=f"{run.run_id[:60]}-check-{secrets.token_hex(3)}"
-    )
+    name = f"{run.run_id[:60]}-check-{secrets.token_hex(3)}"
+    ws = workspace.create(source, plan_.head, run_id=name)
     try:
         ws.repo.run("apply", "--binary", "--index", "-", input_bytes=run.patch)
-        return verify.run_dod(run.dod, cwd=ws.work_tree, env=ws.env())
+        ws.materialize()
+        with checkout_wrapper(walls, ws, ws.env(), name) as wrap:
+            if wrap is None:
+                ws.empty_scratch()
+            return verify.run_dod(run.dod, cwd=ws.work_tree, env=ws.env(), wrap_argv=wrap)
     finally:
         ws.release()
 
@@ -146,12 +172,18 @@ def apply_run(
     author: GitIdentity | None,
     run_hooks: bool,
     record: RunRecord,
+    unsandboxed: bool = False,
 ) -> ApplyOutcome:
-    """Land a finished run's patch in the source; record the outcome in result.json."""
+    """Land a finished run's patch in the source; record the outcome in result.json.
+
+    The source DoD runs in the OS sandbox (`dod_sandbox`); without a working one, only with
+    `unsandboxed` (and a run whose mode was `auto`), or when the run's mode was `off`."""
     _must_be_appliable(run)
+    walls = dod_sandbox(run, unsandboxed=unsandboxed)
     with dod_env(run) as env:
         outcome = apply_patch(
-            request(run, commit=commit, author=author, run_hooks=run_hooks, env=env), record
+            request(run, commit=commit, author=author, run_hooks=run_hooks, env=env, sandbox=walls),
+            record,
         )
     decided = {"decision": "applied"} if outcome.ok else {}
     record.write_result(
@@ -192,6 +224,7 @@ __all__ = [
     "apply_run",
     "check_dod",
     "dod_env",
+    "dod_sandbox",
     "open_journal",
     "plan",
     "reject",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import code_runner.apply.fs as fs
 import code_runner.apply.journal as journal
 from code_runner.apply.commit import GitIdentity, commit_identity, commit_message
+from code_runner.apply.dod_sandbox import DodSandbox
 from code_runner.apply.fs import FileState, Kind
 from code_runner.errors import ApplyRefused
 from code_runner.record import RecordPaths
@@ -60,6 +61,7 @@ class ApplyRequest:
     run_hooks: bool = False
     author: GitIdentity | None = None
     unchanged_since: snapshot.SourceSnapshot | None = None  # the run's first snapshot
+    sandbox: DodSandbox = dataclasses.field(default_factory=DodSandbox)  # the DoD's walls
 
 
 @dataclass(frozen=True)

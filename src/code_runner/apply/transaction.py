@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import secrets
 import shutil
@@ -18,6 +19,7 @@ import code_runner.apply.fs as fs
 import code_runner.apply.journal as journal
 from code_runner import files, verify, workspace
 from code_runner.apply.commit import commit_landed, commit_message, update_index
+from code_runner.apply.dod_sandbox import source_wrapper
 from code_runner.apply.fs import Kind
 from code_runner.apply.journal import Journal, Phase
 from code_runner.apply.plan import ApplyRequest, Plan, common_dir, index_with_patch
@@ -136,23 +138,36 @@ class Transaction:
     def verify(self, pre: snapshot.SourceSnapshot) -> verify.Verdict:
         """The same DoD, in the source. Untracked files it leaves are moved to the record.
 
-        HOME and TMPDIR are fresh and empty: nothing an agent's commands left in the
-        workspace's (a `usercustomize.py`, a git or pip config) may run here, where no
-        sandbox holds the DoD.
+        It runs in the OS sandbox (the repo read-write at its own path, its git dir
+        read-only, no file changing owner) unless the user chose otherwise; HOME and TMPDIR
+        are fresh and empty either way.
         """
         dod = self.req.dod
-        self.sink.emit(EventKind.DOD_STARTED, label="source", command=dod.command)
-        with tempfile.TemporaryDirectory(prefix="code-runner-source-dod-") as scratch:
+        walls = self.req.sandbox
+        self.sink.emit(
+            EventKind.DOD_STARTED, label="source", command=dod.command, sandbox=walls.to_dict()
+        )
+        with contextlib.ExitStack() as stack:
+            scratch = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="code-runner-source-dod-")
+            )
             home, tmp = Path(scratch) / "home", Path(scratch) / "tmp"
             home.mkdir()
             tmp.mkdir()
             env = {**self.req.env, "HOME": str(home), "TMPDIR": str(tmp)}
+            name = f"apply-{self.req.run_id[:60]}-{self.journal.token}"
+            wrap = stack.enter_context(
+                source_wrapper(
+                    walls, self.root, self.req.source.git_dir, env, name, self._untouched()
+                )
+            )
             verdict = verify.run_dod(
                 dod,
                 cwd=self.root,
                 env={**env, "GIT_OPTIONAL_LOCKS": "0"},
                 log_path=self.req.record.verifier_log,
                 label="source",
+                wrap_argv=wrap,
             )
         self.sink.emit(
             EventKind.DOD_FINISHED,
@@ -163,6 +178,15 @@ class Transaction:
         )
         self._move_byproducts(pre)
         return verdict
+
+    def _untouched(self) -> list[Path]:
+        """The source's tracked files the patch leaves alone: read-only for the DoD."""
+        ours = set(self.plan.paths)
+        return [
+            self.root / p
+            for p in (git.decode_path(f) for f in self.req.source.z("ls-files", "-z"))
+            if p not in ours
+        ]
 
     def _move_byproducts(self, pre: snapshot.SourceSnapshot) -> None:
         now = snapshot.take(self.req.source)
@@ -202,6 +226,7 @@ class Transaction:
             tree = source.out("write-tree", env=env)
             if tree != plan.tree:
                 raise CodeRunnerError(f"the commit tree {tree} is not the planned {plan.tree}")
+            self._check_objects(tree)
             if req.run_hooks:
                 commit = self._commit_with_hooks(env, message)
             else:
@@ -225,6 +250,24 @@ class Transaction:
             hooks_ran=req.run_hooks,
         )
         return commit
+
+    def _check_objects(self, tree: str) -> None:
+        """Every blob the commit names holds exactly the verified bytes: each object is read
+        back, hashed from its content, and compared with the bytes the DoD judged."""
+        source, plan = self.req.source, self.plan
+        for path, wanted in plan.target.items():
+            oid = source.out("rev-parse", "--verify", "--end-of-options", f"{tree}:{path}")
+            body = source.run("cat-file", "blob", oid).stdout
+            header = f"blob {len(body)}\0".encode()
+            algo = hashlib.sha256 if len(oid) == 64 else hashlib.sha1
+            if algo(header + body).hexdigest() != oid or body != wanted:
+                raise CodeRunnerError(
+                    f"the object for {path} ({oid}) does not hold the verified bytes; "
+                    "nothing was committed"
+                )
+            _, on_disk = fs.read_state(self.root, path)
+            if on_disk != wanted:
+                raise CodeRunnerError(f"{path} changed after the DoD; nothing was committed")
 
     def _commit_with_hooks(self, env: dict[str, str], message: str) -> str:
         """`git commit` with the source's own hooks, then prove the hooks changed nothing."""

@@ -71,8 +71,19 @@ def _show_plan(
 @click.option("--author", metavar='"NAME <EMAIL>"', help="Commit identity (default: git config).")
 @click.option("--run-hooks", is_flag=True, help="Let the source repo's git hooks run on commit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option(
+    "--unsandboxed",
+    is_flag=True,
+    help="Run the DoD without the OS sandbox when it does not work here (sandbox: auto).",
+)
 def apply_command(
-    run_dir: Path, commit: bool, check: bool, author: str | None, run_hooks: bool, as_json: bool
+    run_dir: Path,
+    commit: bool,
+    check: bool,
+    author: str | None,
+    run_hooks: bool,
+    as_json: bool,
+    unsandboxed: bool,
 ) -> int:
     """Apply a finished run's verified patch to its source repo.
 
@@ -82,6 +93,10 @@ def apply_command(
     back. Refuses, changing nothing, when uncommitted source changes overlap the
     allowlist, when HEAD moved and the patch does not apply on it, or (with --commit)
     when anything else is staged.
+
+    The DoD runs in the OS sandbox, as in the run (the repo bound read-write at its own
+    path, no file changing owner). Without a working sandbox it runs only with
+    --unsandboxed, or when the run's spec said `sandbox: off`.
     """
     out = render.console(stderr=as_json)
     run = finished.load(run_dir)
@@ -101,7 +116,7 @@ def apply_command(
     _show_plan(out, run, plan, commit=commit, hooks=run_hooks)
     if check:
         out.print("checking the DoD on HEAD + patch in a disposable checkout …")
-        verdict = decide.check_dod(run, plan)
+        verdict = decide.check_dod(run, plan, unsandboxed=unsandboxed)
         report = {"would_apply": True, "would_pass": verdict.passed, "plan": plan.to_dict()}
         if as_json:
             render.print_json(report | {"verdict": verdict.to_dict()})
@@ -112,7 +127,12 @@ def apply_command(
         return 0 if verdict.passed else 1
     with proc.signals_as_interrupt(_interrupted):
         outcome = decide.apply_run(
-            run, commit=commit, author=identity, run_hooks=run_hooks, record=record
+            run,
+            commit=commit,
+            author=identity,
+            run_hooks=run_hooks,
+            record=record,
+            unsandboxed=unsandboxed,
         )
     if as_json:
         render.print_json(outcome.result_fields())

@@ -89,6 +89,7 @@ class RoundDetail(_Record):
     kept: bool | None = None
     restored_to_round: int | None = None
     duration_s: float | None = None
+    agent_processes_killed: tuple[int, ...] = ()  # what the agent left running, ended
 
 
 class Claim(_Record):

@@ -7,13 +7,18 @@ here from real git state and real exit codes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from code_runner import verify, workspace
+import psutil
+
+from code_runner import proc, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
 from code_runner.errors import CodeRunnerError, Interrupted
 from code_runner.events import EventKind
@@ -120,6 +125,39 @@ def _round_ending(last: RoundResult) -> Ending | None:
     return None
 
 
+def _is_agents(candidate: psutil.Process, run_id: str, root: Path) -> bool:
+    """A descendant of the runner that belongs to this run's agent: it carries the run's id,
+    shed every marker the runner gives its children, or works inside the workspace."""
+    try:
+        env = candidate.environ()
+        if env.get(proc.RUN_ID_ENV) == run_id:
+            return True
+        if proc.TOKEN_ENV not in env and proc.RUN_ID_ENV not in env:
+            return True
+        cwd = Path(candidate.cwd())
+    except (psutil.Error, OSError):
+        return False
+    return cwd == root or root in cwd.parents
+
+
+def end_agent_processes(run_id: str, root: Path, grace_s: float = 1.0) -> list[int]:
+    """Kill every process the agent left (daemons, `setsid env -i` escapees): the runner is
+    a child subreaper, so each is its descendant. Returns the pids killed."""
+    try:
+        candidates = psutil.Process(os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return []
+    victims = [c for c in candidates if _is_agents(c, run_id, root)]
+    for victim in victims:
+        with contextlib.suppress(psutil.Error):
+            victim.kill()
+    psutil.wait_procs(victims, timeout=grace_s)
+    for gone in victims:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(gone.pid, os.WNOHANG)
+    return sorted(v.pid for v in victims)
+
+
 @dataclass
 class RoundLoop:
     """Runs the rounds of one task in one workspace; `run()` returns how it ended."""
@@ -205,6 +243,7 @@ class RoundLoop:
         started = time.monotonic()
         outcome = self._agent(index, toolbox, previous)
         self.check_stop()
+        killed = self._end_agent_processes()  # nothing of the agent's may run past here
         self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
         audit = self.ws.audit(self.policy)
         self._hand_over()  # files the audit restored are root's until handed back
@@ -221,6 +260,7 @@ class RoundLoop:
             "agent_error": outcome.error,
             **({"agent_usage": dict(outcome.usage)} if outcome.usage else {}),
             "audit": audit.to_dict(),
+            **({"agent_processes_killed": killed} if killed else {}),
         }
         changed = audit.changed_allowed
         if audit.violations:
@@ -305,6 +345,7 @@ class RoundLoop:
         remaining = max(1.0, self.deadline - time.monotonic())
         if remaining < dod.timeout_s:
             dod = dod.model_copy(update={"timeout_s": remaining})
+        self._end_agent_processes()
         self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
         if self.sandbox is None:
             self.ws.empty_scratch()
@@ -325,9 +366,20 @@ class RoundLoop:
         )
         return verdict
 
+    def _end_agent_processes(self) -> list[int]:
+        return end_agent_processes(self.ws.run_id, self.ws.root)
+
     def _hand_over(self) -> None:
         if self.sandbox is not None:
             self.sandbox.hand_over()
 
 
-__all__ = ["Best", "Ending", "Progress", "RoundLoop", "RoundResult", "ending"]
+__all__ = [
+    "Best",
+    "Ending",
+    "Progress",
+    "RoundLoop",
+    "RoundResult",
+    "end_agent_processes",
+    "ending",
+]

@@ -19,7 +19,7 @@ from typing import Any
 
 import code_runner.runner.leases as run_leases
 from code_runner import apply, clock, proc, workspace
-from code_runner.errors import CodeRunnerError, DiskFull, Interrupted
+from code_runner.errors import ApplyRefused, CodeRunnerError, DiskFull, Interrupted
 from code_runner.events import EventKind
 from code_runner.proc import signals_as_interrupt
 from code_runner.record import (
@@ -34,7 +34,7 @@ from code_runner.record import (
 from code_runner.repo import snapshot
 from code_runner.runner.preflight import Preflight, new_run_id
 from code_runner.runner.rounds import Ending, RoundLoop
-from code_runner.sandbox import Session, open_session
+from code_runner.sandbox import SandboxMode, Session, open_session
 from code_runner.task import contract, spec_to_request
 from code_runner.task.paths import Allowlist
 
@@ -180,9 +180,24 @@ class TaskRun:
 
     # --- complete-task mode: the apply step (apply.py does the work) --------------------
 
+    def _apply_sandbox(self) -> apply.DodSandbox:
+        """The source DoD's walls: the run's sandbox; without one, only if the spec said `off`
+        (in `auto` it needs `code-runner apply --unsandboxed`: ApplyRefused)."""
+        decision, spec = self.pre.sandbox, self.spec
+        mode = decision.mode if decision is not None else SandboxMode.AUTO
+        cpu_s = spec.limits.cpu_s or max(1, round(spec.timeout_s + 0.5))
+        return apply.decide_dod_sandbox(mode, limits=spec.limits, cpu_s=cpu_s)
+
     def _apply(self, ws: workspace.Workspace, before: snapshot.SourceSnapshot) -> None:
         spec = self.spec
         self.record.transition(RunState.APPLYING, step="apply to source")
+        try:
+            walls = self._apply_sandbox()
+        except ApplyRefused as exc:
+            self.record.emit(EventKind.APPLY_REFUSED, message=exc.message)
+            self.applied = apply.ApplyOutcome(refused=True, error=exc.render())
+            self.ending = apply_ending(self.applied) or self.ending
+            return
         outcome = self.applied = apply.apply_patch(
             apply.ApplyRequest(
                 source=self.pre.source,
@@ -198,6 +213,7 @@ class TaskRun:
                 commit=spec.commit_on_success,
                 rollback=spec.rollback_on_failure,
                 unchanged_since=before,
+                sandbox=walls,
             ),
             self.record,
         )

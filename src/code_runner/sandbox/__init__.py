@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from code_runner.sandbox.cgroups import CgroupSupport, detect
 from code_runner.sandbox.limits import DEFAULT_LIMITS, ResourceLimits
 from code_runner.sandbox.probe import Decision, Probe, decide, probe, run_probe
 from code_runner.sandbox.profile import Bind, Profile, Programs, SandboxUser
 from code_runner.sandbox.session import SandboxMode, SandboxWorkspace, Session, hand_over
+from code_runner.sandbox.source import SourceTree, repo_owner, source_session
 
 
 def open_session(
@@ -41,6 +43,34 @@ def open_session(
         cpu_s=cpu_s,
         cgroups=found.cgroups if found.cgroups_usable else None,
         name=name,
+    )
+
+
+def open_source_session(
+    work_tree: Path,
+    git_dir: Path,
+    *,
+    env: Mapping[str, str],
+    limits: ResourceLimits = DEFAULT_LIMITS,
+    cpu_s: int = 3600,
+    name: str,
+    frozen: Sequence[Path] = (),
+) -> Session:
+    """A session for a DoD in the user's repo (the apply step): bound read-write at its own
+    path, its git dir read-only, no file changing owner. Needs a passing probe."""
+    found = probe()
+    if not found.ok or found.programs is None:
+        raise RuntimeError("open_source_session needs a passing probe; call decide() first")
+    return source_session(
+        work_tree,
+        git_dir,
+        programs=found.programs,
+        env=env,
+        limits=limits,
+        cpu_s=cpu_s,
+        cgroups=found.cgroups if found.cgroups_usable else None,
+        name=name,
+        frozen=frozen,
     )
 
 
@@ -92,11 +122,15 @@ __all__ = [
     "SandboxUser",
     "SandboxWorkspace",
     "Session",
+    "SourceTree",
     "decide",
     "detect",
     "hand_over",
     "open_session",
+    "open_source_session",
     "probe",
+    "repo_owner",
     "run_probe",
+    "source_session",
     "wrap",
 ]

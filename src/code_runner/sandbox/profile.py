@@ -121,7 +121,11 @@ class Profile:
         )
         inner = [*limits, *argv]
         wt = str(self.work_tree)
-        if self.identity is not None:
+        if self.identity is not None and self.identity.uid == 0:
+            # a root-owned tree kept as root's (the user's repo): root, every capability
+            # dropped (none comes back on exec), in every namespace but the user one
+            outer = [self.programs.bwrap, *self._outer_namespaces(keep_setuid=False)]
+        elif self.identity is not None:
             assert self.programs.setpriv is not None
             outer = [self.programs.bwrap, *self._outer_namespaces()]
             inner = [
@@ -162,8 +166,9 @@ class Profile:
             *inner,
         ]
 
-    def _outer_namespaces(self) -> list[str]:
+    def _outer_namespaces(self, *, keep_setuid: bool = True) -> list[str]:
         """Root's outer stage: every namespace but the user one; only setuid/setgid kept."""
+        kept = ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if keep_setuid else []
         return [
             "--unshare-ipc",
             "--unshare-pid",
@@ -172,10 +177,7 @@ class Profile:
             *([] if self.network else ["--unshare-net"]),
             "--cap-drop",
             "ALL",
-            "--cap-add",
-            "CAP_SETUID",
-            "--cap-add",
-            "CAP_SETGID",
+            *kept,
         ]
 
     def _mounts(self) -> list[str]:

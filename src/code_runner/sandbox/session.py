@@ -24,6 +24,7 @@ from code_runner.sandbox.cgroups import CgroupSet, CgroupSupport
 from code_runner.sandbox.limits import ResourceLimits
 from code_runner.sandbox.profile import (
     SANDBOX_UID,
+    Bind,
     Profile,
     Programs,
     SandboxUser,
@@ -107,6 +108,13 @@ def _hand_over_dir(
     return changed
 
 
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 class Session:
     """The sandbox of one workspace. Use as a context manager around the agent's rounds."""
 
@@ -121,13 +129,22 @@ class Session:
         cpu_s: int,
         cgroups: CgroupSupport | None,
         name: str,
+        owner: SandboxUser | None = None,
+        frozen: Sequence[Path] = (),
     ) -> None:
         self.workspace = workspace
         self.programs = programs
         self.network = network
         self.limits = limits
         self.cpu_s = cpu_s
-        self.identity = new_identity() if os.geteuid() == 0 else None
+        # `owner`: a tree that must keep its ownership (the user's repo) is never handed
+        # over; a root runner's commands run as the tree's owner instead of a fresh uid.
+        self.keeps_owner = owner is not None
+        self._frozen = tuple(frozen)  # files in the tree bound read-only onto themselves
+        if os.geteuid() != 0:
+            self.identity: SandboxUser | None = None
+        else:
+            self.identity = owner or new_identity()
         self._env = sandbox_env(env, workspace.work_tree)
         self._cgroups = CgroupSet(cgroups, f"code-runner-{name}", limits) if cgroups else None
         self.cgroup_error: str | None = None
@@ -172,7 +189,7 @@ class Session:
 
     def hand_over(self) -> int:
         """Re-own what the runner wrote into the work tree since the last command."""
-        if self.identity is None:
+        if self.identity is None or self.keeps_owner:
             return 0
         return hand_over(self.workspace.work_tree, self.identity)
 
@@ -189,7 +206,10 @@ class Session:
             programs=self.programs,
             work_tree=ws.work_tree,
             git_dir=ws.git_dir,
-            read_only=tuple(b for b in self._read_only if mounts.mountable(b, ws.work_tree)),
+            read_only=(
+                *(b for b in self._read_only if mounts.mountable(b, ws.work_tree)),
+                *(Bind(p, p) for p in self._frozen if _regular(p)),
+            ),
             masked_dirs=tuple(self._masks),
             masked_files=tuple(self._secrets),
             env=self._env,
@@ -198,7 +218,7 @@ class Session:
             network=self.network,
             identity=self.identity,
             cgroup_join=tuple(self._cgroups.join_argv()) if self._cgroups else (),
-            process_rlimit=self.identity is not None,
+            process_rlimit=self.identity is not None and not self.keeps_owner,
             memory_rlimit="memory" not in controllers,
         )
 
@@ -213,7 +233,7 @@ class Session:
         unenforced: list[str] = []
         if "pids" in controllers:
             processes = f"{limits.processes} (cgroup pids.max)"
-        elif self.identity is not None:
+        elif self.identity is not None and not self.keeps_owner:
             processes = f"{limits.processes} (RLIMIT_NPROC of the run's own uid)"
         else:
             processes = "not limited (no writable cgroup; commands share the runner's uid)"

@@ -24,6 +24,7 @@ from code_runner.files import force_rmtree, walk
 from code_runner.repo import git
 from code_runner.task import paths
 from code_runner.workspace.layout import WorkspacePaths
+from code_runner.workspace.trees import materialize
 
 _ZERO_SHA = "0" * 40
 
@@ -94,12 +95,96 @@ class Audit:
 
 @dataclass(frozen=True)
 class GitState:
-    """The workspace's own git state; an agent changing it is a violation."""
+    """The workspace's own git state; an agent changing it is a violation.
+
+    `objects` fingerprints the object files that exist (inode and size): the runner only
+    adds objects, so one that vanished or was rewritten is the agent's doing."""
 
     head: str
     refs: str
     config: str
     pointer: str
+    index_flags: tuple[str, ...] = ()
+    info: str = ""
+    alternates: str = ""
+    objects: frozenset[tuple[str, int, int]] = frozenset()
+
+    def violations(self, after: GitState) -> list[str]:
+        """What changed from this state to `after` that no agent may change."""
+        found: list[str] = []
+        if after.head != self.head:
+            found.append(f"workspace HEAD changed ({self.head} -> {after.head})")
+        if after.refs != self.refs:
+            found.append("workspace refs changed (a commit, tag, branch or stash was made)")
+        if after.config != self.config:
+            found.append("workspace git config changed")
+        if after.pointer != self.pointer:
+            found.append("the workspace .git pointer was changed")
+        if after.index_flags != self.index_flags:
+            flagged = ", ".join(after.index_flags[:5])
+            found.append(f"index flags (assume-unchanged / skip-worktree) were set: {flagged}")
+        if after.info != self.info:
+            found.append(
+                "the workspace's .git/info (attributes, excludes, sparse-checkout) changed"
+            )
+        if after.alternates != self.alternates:
+            found.append("the workspace's object alternates changed")
+        if not self.objects <= after.objects:
+            gone = sorted(name for name, _, _ in self.objects - after.objects)
+            found.append(
+                f"objects in the workspace's git dir were removed or rewritten: {gone[:3]}"
+            )
+        return found
+
+
+def _tree_digest(root: Path) -> str:
+    """One digest of every file under `root` (names, kinds and bytes); '' when absent."""
+    if not root.is_dir():
+        return "" if not root.exists() and not root.is_symlink() else "not a directory"
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in walk(root):
+        dirnames.sort()
+        here = Path(dirpath)
+        links = [d for d in dirnames if (here / d).is_symlink()]
+        for name in sorted(filenames + links):
+            path = here / name
+            digest.update(path.relative_to(root).as_posix().encode("utf-8", "surrogateescape"))
+            try:
+                if path.is_symlink():
+                    digest.update(b"\0link\0" + str(path.readlink()).encode())
+                else:
+                    digest.update(b"\0file\0" + path.read_bytes())
+            except OSError as exc:
+                digest.update(f"\0error {exc.errno}".encode())
+    return digest.hexdigest()
+
+
+def object_files(git_dir: Path) -> frozenset[tuple[str, int, int]]:
+    found: set[tuple[str, int, int]] = set()
+    objects = git_dir / "objects"
+    for dirpath, dirnames, filenames in walk(objects):
+        here = Path(dirpath)
+        if here == objects / "info":
+            dirnames.clear()
+            continue
+        for name in filenames:
+            try:
+                st = (here / name).lstat()
+            except OSError:
+                continue
+            found.add((str((here / name).relative_to(objects)), st.st_ino, st.st_size))
+    return frozenset(found)
+
+
+def index_flags(ws: WorkspacePaths) -> tuple[str, ...]:
+    """Index entries marked assume-unchanged (`git ls-files -v`: a lower-case tag) or
+    skip-worktree (`S`): git stops looking at their work-tree files."""
+    fields = ws.repo.z("ls-files", "-v", "-z")
+    flagged: list[str] = []
+    for field in fields:
+        if len(field) > 2 and (field[:1].islower() or field[:1] == b"S"):
+            flagged.append(git.decode_path(field[2:]))
+    return tuple(sorted(flagged))
 
 
 def git_state(ws: WorkspacePaths) -> GitState:
@@ -113,7 +198,16 @@ def git_state(ws: WorkspacePaths) -> GitState:
         pointer = "?"
     if pointer_path.is_symlink():
         pointer = "symlink"
-    return GitState(head=head, refs=refs, config=config, pointer=pointer)
+    return GitState(
+        head=head,
+        refs=refs,
+        config=config,
+        pointer=pointer,
+        index_flags=index_flags(ws),
+        info=_tree_digest(ws.git_dir / "info"),
+        alternates=_tree_digest(ws.git_dir / "objects" / "info"),
+        objects=object_files(ws.git_dir),
+    )
 
 
 def restore_git_pointer(ws: WorkspacePaths) -> None:
@@ -170,18 +264,11 @@ def _judge(change: Change, allowlist: paths.Allowlist) -> tuple[str, bool] | Non
     return None
 
 
-def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> Audit:  # noqa: C901 - the audit's steps in their required order
+def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> Audit:
     """Enforce the rules on the work tree; afterwards it is exactly base + `allowed`."""
-    violations: list[str] = []
     after = git_state(ws)
-    if after.head != before.head:
-        violations.append(f"workspace HEAD changed ({before.head} -> {after.head})")
-    if after.refs != before.refs:
-        violations.append("workspace refs changed (a commit, tag, branch or stash was made)")
-    if after.config != before.config:
-        violations.append("workspace git config changed")
+    violations = before.violations(after)
     if after.pointer != before.pointer:
-        violations.append("the workspace .git pointer was changed")
         restore_git_pointer(ws)
     if after.head != before.head or after.refs != before.refs:
         # put the runner's view back so later rounds are judged against base
@@ -216,6 +303,7 @@ def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> A
     if to_revert:
         _revert(ws, to_revert)
     clean(ws)
+    materialize(ws)  # the DoD judges exactly the staged tree, as the base would check it out
     return Audit(tuple(allowed), tuple(rejected), tuple(violations))
 
 

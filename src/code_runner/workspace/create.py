@@ -10,6 +10,7 @@ not change, its command environment and scratch dirs. A round reads as verbs on 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from code_runner import dirs
 from code_runner.files import force_rmtree
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
-from code_runner.workspace.audit import Audit, GitState, git_state
+from code_runner.workspace.audit import Audit, GitState, git_state, object_files
 from code_runner.workspace.audit import audit as audit_changes
 from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import source_lock, write_lease
@@ -92,17 +93,31 @@ class Workspace:
     def audit(self, allowlist: Allowlist) -> Audit:
         """Enforce the rules on what an agent left: the work tree becomes base + allowed."""
         self._tree = None
-        return audit_changes(self.paths, allowlist, self._git_before)
+        found = audit_changes(self.paths, allowlist, self._git_before)
+        self._objects_written()
+        return found
+
+    def _objects_written(self) -> None:
+        """The objects the runner itself wrote join the fingerprint the next audit checks."""
+        self._git_before = dataclasses.replace(
+            self._git_before, objects=object_files(self.paths.git_dir)
+        )
 
     def keep(self) -> str:
         """The work tree's state as a tree object (cheap to keep, cheap to restore)."""
         self._tree = trees.current_tree(self.paths)
+        self._objects_written()
         return self._tree
 
     def restore(self, tree: str) -> None:
         """Make the work tree and index exactly `tree` (a kept state)."""
         trees.restore_tree(self.paths, tree)
         self._tree = tree
+
+    def materialize(self) -> str:
+        """Write the index's tree out as the work tree with the base's attributes only."""
+        self._tree = trees.materialize(self.paths)
+        return self._tree
 
     def export(self, tree: str) -> ExportedPatch:
         """The patch of `tree` against base (restored first when the work tree holds
