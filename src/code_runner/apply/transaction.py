@@ -74,6 +74,7 @@ class Transaction:
                     fix=f"restore those paths by hand, then delete {old}.",
                 )
         prior_dir = self.journal.prior_dir
+        prior_dir.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # state dir
         if prior_dir.exists():
             files.force_rmtree(prior_dir)
         for entry in self.plan.entries:  # prior bytes first: the journal points at them

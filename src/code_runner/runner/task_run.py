@@ -440,8 +440,10 @@ def run_task(pre: Preflight, *, listeners: list[Any] | None = None) -> RunResult
             record.give_up(exc.message)
         raise
     finally:
-        if record is not None and record.finished:
+        if record is None or record.finished:
             run_leases.drop(run_id)
+        if record is not None:
+            record.close()
 
 
 __all__ = ["TaskRun", "apply_ending", "run_task"]
