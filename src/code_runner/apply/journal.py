@@ -105,6 +105,7 @@ class Journal:
     pid: int = field(default_factory=os.getpid)
     pid_started: float | None = None
     notes: list[str] = field(default_factory=list)
+    record_dir: str = ""  # the run's output dir (the journal itself is in the state dir)
 
     @property
     def apply_dir(self) -> Path:
@@ -136,6 +137,7 @@ class Journal:
             "pid": self.pid,
             "pid_started": self.pid_started,
             "notes": list(self.notes),
+            "record_dir": self.record_dir,
         }
 
     def save(self) -> None:
@@ -172,6 +174,7 @@ class Journal:
                 pid=int(data["pid"]),
                 pid_started=data.get("pid_started"),
                 notes=list(data.get("notes") or []),
+                record_dir=str(data.get("record_dir") or ""),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise JournalError(

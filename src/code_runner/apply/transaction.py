@@ -49,6 +49,7 @@ class Transaction:
             dirs=plan.dirs,
             commit_requested=req.commit,
             pid_started=workspace.process_start(os.getpid()),
+            record_dir=str(req.record.output_dir),
         )
         self.entered = False
         self.rollback_error: str | None = None  # a rollback that failed; gc retries it
