@@ -86,9 +86,9 @@ def replay_command(
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a directory.", fix="give a run's output dir.")
     request_path = _one(run_dir, ".request.json")
-    transcript = find_transcript(run_dir)
     task_id = request_path.name.removesuffix(".request.json")
     seal.verify(RecordPaths(run_dir, task_id), seal.SEALED)  # RecordError (5) if changed
+    transcript = find_transcript(run_dir)
     try:
         request = json.loads(request_path.read_text(encoding="utf-8"))
         data = dict(request["spec"])
