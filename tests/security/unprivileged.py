@@ -145,12 +145,12 @@ class Nobody:
         return _as_nobody(argv, self.env(), cwd=self.root, timeout=timeout)
 
     def cli(
-        self, *args: str, cwd: Path | None = None, timeout: float = 240, **env: str
+        self, *args: str, cwd: Path | None = None, **env: str
     ) -> subprocess.CompletedProcess[str]:
         """Any `code-runner` command as the user (extra environment in `env`)."""
         self.own()
         argv = [self.python, "-m", "code_runner", *args]
-        return _as_nobody(argv, {**self.env(), **env}, cwd=cwd or self.root, timeout=timeout)
+        return _as_nobody(argv, {**self.env(), **env}, cwd=cwd or self.root, timeout=240)
 
     def result(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.root / "out/fix-calc.result.json").read_text())

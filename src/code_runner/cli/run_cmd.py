@@ -162,7 +162,7 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
     return 0
 
 
-def _repo_config_risks(source_dir: Path) -> list[str]:
+def _repo_config_risks(source_dir: Path | None) -> list[str]:
     """What the source repo's code-runner.toml asks for, and whether the user trusts it."""
     from code_runner import config
 
