@@ -54,7 +54,8 @@ def _attack_all(root: Path, source: Path, canary: Listener, cli: Cli) -> None:
     ran = cli("run", str(spec), GITHUB_TOKEN=SECRET, OPENAI_API_KEY="user-key")
     held("repo config: run with a redefined openai", _refused(ran), ran.stderr)
     ran = cli("dry-run", "--explain-risk", str(spec), GITHUB_TOKEN=SECRET)
-    held("repo config: dry-run --explain-risk", _refused(ran), ran.stderr)
+    named = str(source / "code-runner.toml") in ran.stderr and "GITHUB_TOKEN" in ran.stderr
+    held("repo config: dry-run --explain-risk names it", _refused(ran) and named, ran.stderr)
     ran = cli("doctor", "--json", "--source", str(source), GITHUB_TOKEN=SECRET)
     report = json.loads(ran.stdout)
     repo = report["repo_config"]
@@ -129,3 +130,16 @@ def test_the_user_config_wins_every_clash_and_a_changed_file_needs_trust_again(
         held("repo config: still no connection", listener.accepted == 0, listener.accepted)
     finally:
         user_end.close()
+
+
+def test_explain_risk_names_a_harmless_untrusted_repo_config(tmp_path: Path) -> None:
+    source = calc_repo(tmp_path)
+    (source / "code-runner.toml").write_text('[backends.small]\nmodel = "m"\n')
+    spec = write_task(tmp_path, source, [[]])
+    ran = run_cli("dry-run", "--explain-risk", "--json", str(spec))
+    risks = json.loads(ran.stdout)["risks"]
+    named = [r for r in risks if str(source / "code-runner.toml") in r]
+    assert named and "untrusted" in named[0] and "nothing that needs trust" in named[0], risks
+    assert run_cli("trust", str(source)).returncode == 0
+    risks = json.loads(run_cli("dry-run", "--explain-risk", "--json", str(spec)).stdout)["risks"]
+    assert any("you trusted this exact file" in r for r in risks), risks
