@@ -1,5 +1,5 @@
-"""Named backends and budget defaults: `code-runner.toml` in the source repo, else the user's
-`$XDG_CONFIG_HOME/code-runner/config.toml`, else the built-ins.
+"""Named backends and budget defaults: the user's `$XDG_CONFIG_HOME/code-runner/config.toml`
+(or `$CODE_RUNNER_CONFIG`), over `code-runner.toml` in the source repo, over the built-ins.
 
     [budget]                      # defaults for every model backend
     turns_per_round = 40
@@ -17,10 +17,15 @@
     [backends.local.budget]       # overrides [budget] for this backend only
     turns_per_round = 20
 
-The first file found is the only one read; the built-in `openai` backend (base URL and
-key from the SDK's own `OPENAI_BASE_URL` / `OPENAI_API_KEY`, model from `openai:MODEL`)
-exists unless a file redefines it. A file is validated whole: every problem is reported
-at once, as a `SpecError`, before anything runs.
+The user's file wins every name clash (a backend, a [budget] key). A repo's file is
+untrusted until the user trusts that exact file (`code-runner trust`, which records its
+sha256 under [trust] in the user's file; a changed file needs trusting again). Untrusted,
+it may name models, prices and budgets, but not what runs or where keys go: no agent-CLI or
+command kind, no `bin`, `command`, `base_url`, `api_key_env` or `headers` (see
+`repo_config`). `$CODE_RUNNER_CONFIG` names the user's file and then no repo file is read.
+The built-in `openai` backend (base URL and key from the SDK's own `OPENAI_BASE_URL` /
+`OPENAI_API_KEY`, model from `openai:MODEL`) exists unless a file redefines it. A file is
+validated whole: every problem is reported at once, as a `SpecError`, before anything runs.
 
 A backend entry's `kind` picks its model: `ProviderSettings` holds what every kind that
 talks to a model provider shares (endpoint, model, key variable, prices); a kind adds its
@@ -29,6 +34,7 @@ own fields in a subclass and one line in `BACKEND_KINDS`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -170,7 +176,8 @@ BUILTIN_BACKENDS: dict[str, ProviderSettings] = {"openai": OpenAIBackend()}
 class Config:
     backends: Mapping[str, ProviderSettings]
     budget: BudgetConfig = field(default_factory=BudgetConfig)
-    source: Path | None = None  # the file read; None: built-ins only
+    source: Path | None = None  # the user's file, else the repo's; None: built-ins only
+    sources: tuple[Path, ...] = ()  # every file read, the user's first
 
     def budget_for(self, backend: ProviderSettings) -> BudgetConfig:
         """[budget] with the backend's own overrides applied (validated at load time)."""
@@ -180,6 +187,8 @@ class Config:
 
     @property
     def origin(self) -> str:
+        if self.sources:
+            return " over ".join(str(path) for path in self.sources)
         return str(self.source) if self.source else "built-in defaults"
 
 
@@ -189,42 +198,185 @@ def user_config_path() -> Path:
     return base / "code-runner" / "config.toml"
 
 
-def config_path(source_dir: Path | None) -> Path | None:
-    """The one config file that applies: $CODE_RUNNER_CONFIG, the repo's, the user's, or none."""
+def user_config_file() -> Path:
+    """The user's own (trusted) file: $CODE_RUNNER_CONFIG, else the one under XDG_CONFIG_HOME."""
     explicit = os.environ.get(CONFIG_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    candidates = [source_dir / REPO_CONFIG_NAME] if source_dir is not None else []
-    candidates.append(user_config_path())
-    return next((path for path in candidates if path.is_file()), None)
+    return Path(explicit).expanduser() if explicit else user_config_path()
+
+
+def config_path(source_dir: Path | None) -> Path | None:
+    """The file that decides first: $CODE_RUNNER_CONFIG, the user's, the repo's, or none."""
+    user = user_config_file()
+    if os.environ.get(CONFIG_ENV) or user.is_file():
+        return user
+    repo = source_dir / REPO_CONFIG_NAME if source_dir is not None else None
+    return repo if repo is not None and repo.is_file() else None
 
 
 MAX_CONFIG_BYTES = 1024 * 1024
-_TABLES = ("budget", "backends", "plans")  # [plans]: code_runner.plans
+_TABLES = ("budget", "backends", "plans", "trust")  # [plans]: code_runner.plans
+TRUST_TABLE = "trust"
+# what only a trusted file may set: what runs, where it connects, which secrets it sends
+NEEDS_TRUST = ("bin", "command", "base_url", "api_key_env", "headers")
+UNTRUSTED_KINDS = ("openai",)
 
 
-def load_config(source_dir: Path | None = None) -> Config:
-    """Read and validate the config that applies to a run in `source_dir`."""
-    path = config_path(source_dir)
-    if path is None:
-        return Config(backends=dict(BUILTIN_BACKENDS))
+@dataclass(frozen=True)
+class RepoConfig:
+    """A source repo's `code-runner.toml` and whether the user trusts this exact content."""
+
+    path: Path
+    sha256: str
+    trusted: bool
+    asks: tuple[str, ...]  # what it sets that needs trust, e.g. "backends.x.base_url = '...'"
+    shadowed: tuple[str, ...] = ()  # its backend names the user's config overrides
+
+    def describe(self) -> str:
+        state = "trusted" if self.trusted else "untrusted"
+        asks = "; ".join(self.asks) if self.asks else "nothing that needs trust"
+        shadowed = (
+            f"; the user's config overrides its backend(s) {', '.join(self.shadowed)}"
+            if self.shadowed
+            else ""
+        )
+        return f"{self.path} ({state}, sha256 {self.sha256[:12]}) asks for: {asks}{shadowed}"
+
+
+def read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
     data, problems = read_mapping_file(
         path, what="a code-runner config", max_bytes=MAX_CONFIG_BYTES, fmt="toml", empty_ok=True
     )
     if data is None:
         named = f"${CONFIG_ENV} names it; " if os.environ.get(CONFIG_ENV) else ""
         raise SpecError(str(path), problems, fix=f"{named}correct the file or its path.")
-    return parse_config(data, source=path)
+    return dict(data), path.read_bytes()
 
 
-def parse_config(data: Mapping[str, Any], *, source: Path | None = None) -> Config:
+def _untrusted(repo: RepoConfig, user_path: Path, data: Mapping[str, Any]) -> SpecError:
+    """The refusal of an untrusted repo file, with its other problems too (all at once)."""
+    others: list[str] = []
+    try:
+        parse_config(data, source=repo.path)
+    except SpecError as exc:
+        others = list(exc.problems)
+    return SpecError(
+        str(repo.path),
+        [f"untrusted, it may not set {ask}" for ask in repo.asks] + others,
+        fix=f"read the file; if you trust this exact content, run `code-runner trust "
+        f"{repo.path.parent}` (it records the file's sha256 in {user_path}; a changed file "
+        "needs trusting again), or remove those entries. Nothing was run.",
+    )
+
+
+def trusted_digests(user_data: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """[trust] of the user's file: absolute repo-config path -> "sha256:HEX"."""
+    if user_data is None:
+        path = user_config_file()
+        user_data = read_toml(path)[0] if path.is_file() else {}
+    table = user_data.get(TRUST_TABLE, {})
+    if not isinstance(table, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in table.items() if isinstance(v, str)}
+
+
+def digest(content: bytes) -> str:
+    return "sha256:" + hashlib.sha256(content).hexdigest()
+
+
+def trust_key(path: Path) -> str:
+    return str(path.resolve())
+
+
+def asks(data: Mapping[str, Any]) -> list[str]:
+    """What a repo file sets that only a trusted file may set."""
+    asks = (
+        [f"[{TRUST_TABLE}] (only the user's own config can trust)"] if TRUST_TABLE in data else []
+    )
+    raw = data.get("backends", {})
+    for name, entry in raw.items() if isinstance(raw, Mapping) else ():
+        if not isinstance(entry, Mapping):
+            continue
+        kind = entry.get("kind", "openai")
+        if kind not in UNTRUSTED_KINDS:
+            asks.append(f"backends.{name}.kind = {short(kind)} (runs a program)")
+        for key in NEEDS_TRUST:
+            if key in entry:
+                asks.append(f"backends.{name}.{key} = {short(entry[key])}")
+    return asks
+
+
+def repo_config(
+    source_dir: Path | None, user_data: Mapping[str, Any] | None = None
+) -> RepoConfig | None:
+    """The source repo's config file as the user's trust sees it; None if none is read."""
+    if source_dir is None or os.environ.get(CONFIG_ENV):
+        return None
+    path = source_dir / REPO_CONFIG_NAME
+    if not path.is_file():
+        return None
+    data, content = read_toml(path)
+    sha = digest(content)
+    trusted = trusted_digests(user_data).get(trust_key(path)) == sha
+    user_names = _backend_names(user_data) if user_data is not None else set()
+    raw = data.get("backends", {})
+    names = set(raw) if isinstance(raw, Mapping) else set()
+    return RepoConfig(path, sha, trusted, tuple(asks(data)), tuple(sorted(names & user_names)))
+
+
+def _backend_names(data: Mapping[str, Any]) -> set[str]:
+    raw = data.get("backends", {})
+    return {str(name) for name in raw} if isinstance(raw, Mapping) else set()
+
+
+def _merged(repo: Mapping[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
+    """The repo's tables under the user's: the user's entry or key wins every clash."""
+    merged: dict[str, Any] = {k: v for k, v in repo.items() if k != TRUST_TABLE}
+    for table, value in user.items():
+        below = merged.get(table)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            merged[table] = {**below, **value}
+        else:
+            merged[table] = value
+    return merged
+
+
+def load_config(source_dir: Path | None = None) -> Config:
+    """Read and validate the config that applies to a run in `source_dir`.
+
+    An untrusted repo file that asks for what needs trust is refused (SpecError naming
+    `code-runner trust`); nothing it chose is used or contacted.
+    """
+    user_path = user_config_file()
+    user_data: dict[str, Any] = {}
+    sources: list[Path] = []
+    if os.environ.get(CONFIG_ENV) or user_path.is_file():
+        user_data = read_toml(user_path)[0]
+        sources.append(user_path)
+    repo = repo_config(source_dir, user_data)
+    data = user_data
+    if repo is not None:
+        repo_data = read_toml(repo.path)[0]
+        if not repo.trusted and repo.asks:
+            raise _untrusted(repo, user_path, repo_data)
+        parse_config(user_data, source=user_path)  # each file's problems named by its path
+        parse_config(repo_data, source=repo.path)
+        data = _merged(repo_data, user_data)
+        sources.append(repo.path)
+    if not sources:
+        return Config(backends=dict(BUILTIN_BACKENDS))
+    return parse_config(data, source=sources[0], sources=tuple(sources))
+
+
+def parse_config(
+    data: Mapping[str, Any], *, source: Path | None = None, sources: tuple[Path, ...] = ()
+) -> Config:
     """Validate parsed TOML; SpecError listing every problem at once."""
     problems = [
         unknown(
             "table",
             str(key),
             _TABLES,
-            otherwise="remove it (the tables are [budget], [backends.NAME] and [plans])",
+            otherwise="remove it (the tables are [budget], [backends.NAME], [plans], [trust])",
         )
         for key in data
         if key not in _TABLES
@@ -252,7 +404,7 @@ def parse_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
             fix="correct the entries above (see `code-runner doctor` for the backends in use); "
             "nothing was run.",
         )
-    return Config(backends=backends, budget=budget, source=source)
+    return Config(backends=backends, budget=budget, source=source, sources=sources)
 
 
 def _backend_problems(
@@ -314,9 +466,17 @@ __all__ = [
     "Config",
     "OpenAIBackend",
     "ProviderSettings",
+    "RepoConfig",
+    "asks",
     "config_path",
+    "digest",
     "load_config",
     "parse_config",
+    "read_toml",
+    "repo_config",
     "resolve",
+    "trust_key",
+    "trusted_digests",
+    "user_config_file",
     "user_config_path",
 ]

@@ -2,6 +2,8 @@
 
 A reader sees the old file or the new one, never a mix: write to a temp file in the same
 directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls of whole lines.
+Nothing here writes through a symlink: temp files are created `O_EXCL`, `os.replace` swaps
+the name itself, and appends and reserves open with `O_NOFOLLOW`.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def append_jsonl(path: Path, data: Any) -> None:
     line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
     with _disk_full_is_typed(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # never through a symlink planted where a log will be (a shared output dir)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, line.encode("utf-8", "surrogateescape"))
         finally:
@@ -82,7 +85,7 @@ def reserve(path: Path, size: int) -> None:
     the disk is full and a last write (a final status) must still succeed."""
     with _disk_full_is_typed(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             block = memoryview(b"\0" * size)  # real blocks: a sparse file reserves nothing
             while block:

@@ -10,6 +10,7 @@ import pytest
 from code_runner import agents
 from code_runner.agents.cli_agents.agent import CliAgent
 from code_runner.agents.scripted import ScriptedAgent
+from code_runner.cli.trust_cmd import trust_repo_config
 from code_runner.errors import PreflightError
 
 _FACTORY = """
@@ -109,5 +110,6 @@ def test_a_configured_backend_is_built_by_its_kind(tmp_path: Path) -> None:
     (tmp_path / "code-runner.toml").write_text(
         '[backends.mine]\nkind = "command"\ncommand = ["true"]\n'
     )
+    trust_repo_config(tmp_path)
     agent = agents.make_agent("mine", base_dir=tmp_path, source_dir=tmp_path)
     assert isinstance(agent, CliAgent)

@@ -90,7 +90,7 @@ def test_source_dod_failure_rolls_back_byte_for_byte(tmp_path: Path, case: str) 
         "apply_finished",
     ]
     assert [k for k in kinds if k in order] == order
-    journal_data = json.loads((tmp_path / "out/fix-calc.apply.json").read_text())
+    journal_data = json.loads(RecordPaths(tmp_path / "out", "fix-calc").apply_journal.read_text())
     assert journal_data["phase"] == "rolled_back"
     assert not list(journal.registry_dir().glob("*.json"))
 
@@ -246,7 +246,7 @@ def test_dirty_tracked_overlap_is_refused_before_anything_changes(tmp_path: Path
     assert "overlap the allowlist: calc.py" in result["source_apply_error"]
     assert result["source_unchanged"] is True
     assert source_state(source) == before
-    assert not (tmp_path / "out/fix-calc.apply.json").exists()
+    assert not RecordPaths(tmp_path / "out", "fix-calc").apply_journal.exists()
 
 
 def test_untracked_file_under_an_allowlisted_dir_is_refused(tmp_path: Path) -> None:
@@ -404,7 +404,8 @@ def test_a_file_the_dod_leaves_in_the_source_is_moved_to_the_record(tmp_path: Pa
     assert result["source_rollback_applied"] is True
     assert result["source_apply"]["byproducts_moved"] == ["dod-output.txt"]
     assert source_state(source) == before
-    moved = list((tmp_path / "out/fix-calc.apply/byproducts").glob("*/dod-output.txt"))
+    apply_dir = RecordPaths(tmp_path / "out", "fix-calc").apply_dir
+    moved = list((apply_dir / "byproducts").glob("*/dod-output.txt"))
     assert len(moved) == 1 and moved[0].read_text() == "x"
 
 
@@ -429,7 +430,7 @@ def test_a_run_killed_during_the_source_dod_is_repaired_by_gc(tmp_path: Path) ->
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    journal_path = tmp_path / "out/fix-calc.apply.json"
+    journal_path = RecordPaths(tmp_path / "out", "fix-calc").apply_journal
     try:
         wait_for_phase(journal_path, "verifying")
         assert (source / "pkg/new.py").exists()  # half-way: applied, DoD running
@@ -611,9 +612,9 @@ def test_without_rollback_a_failed_source_dod_leaves_the_patch_and_says_so(
     assert (source / "calc.py").read_text() == FIXED_BOTH
     after = source_state(source)
     assert after["head"] == before["head"] and after["staged"] == before["staged"]
-    assert json.loads((tmp_path / "out/fix-calc.apply.json").read_text())["phase"] == (
-        "left_applied"
-    )
+    assert json.loads(RecordPaths(tmp_path / "out", "fix-calc").apply_journal.read_text())[
+        "phase"
+    ] == ("left_applied")
 
 
 def test_a_dod_cannot_change_the_source_outside_the_patch(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from code_runner import files
+from code_runner.record import RecordPaths
 from tests.helpers.apply_runs import (
     matrix_repo,
     patch_only,
@@ -128,7 +129,8 @@ def test_a_tampered_or_incomplete_record_is_refused(
     for argv in (["apply", str(out)], ["apply", str(out), "--check"], ["reject", str(out)]):
         proc = invoke(capsys, *argv)
         assert proc.returncode == 5, proc.stderr
-        assert "does not match the digest" in proc.stderr and "Traceback" not in proc.stderr
+        assert f"{patch} was changed after the run" in proc.stderr
+        assert "Traceback" not in proc.stderr
     patch.write_bytes(original)
     status = out / "fix-calc.status.json"
     saved = status.read_text()
@@ -199,7 +201,7 @@ def test_an_apply_killed_during_the_dod_is_repaired_by_the_next_apply(tmp_path: 
         env=os.environ.copy(),
     )
     try:
-        wait_for_phase(out / "fix-calc.apply.json", "verifying")
+        wait_for_phase(RecordPaths(out, "fix-calc").apply_journal, "verifying")
         assert (source / "pkg" / "new.py").exists()
     finally:
         proc.kill()
@@ -231,13 +233,15 @@ def test_sigterm_during_the_source_dod_rolls_back_and_exits_130(tmp_path: Path) 
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_phase(out / "fix-calc.apply.json", "verifying")
+    wait_for_phase(RecordPaths(out, "fix-calc").apply_journal, "verifying")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert source_state(source) == before
-    assert json.loads((out / "fix-calc.apply.json").read_text())["phase"] == "rolled_back"
+    assert (
+        json.loads(RecordPaths(out, "fix-calc").apply_journal.read_text())["phase"] == "rolled_back"
+    )
     record = json.loads((out / "fix-calc.result.json").read_text())
     assert record["source_rollback_applied"] is True
     assert "interrupted" in record["source_apply_error"]

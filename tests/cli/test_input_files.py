@@ -70,6 +70,7 @@ def test_run_reports_an_unknown_config_field_with_did_you_mean(tmp_path: Path) -
     (source / "code-runner.toml").write_text(
         '[backends.local]\nbase_url = "http://127.0.0.1:9/v1"\nmodle = "m"\n\n[budgte]\n'
     )
+    assert run_cli("trust", str(source)).returncode == 0
     task = write_task(tmp_path, source, [], backend="local")
     ran = run_cli("run", str(task))
     _refused(

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from code_runner import files
-from code_runner.errors import IllegalTransition
+from code_runner.errors import IllegalTransition, LockHeld
 from code_runner.events import EventKind
 from code_runner.record import (
     TERMINAL_STATES,
@@ -67,6 +67,9 @@ def test_reopening_clears_an_earlier_run(tmp_path: Path) -> None:
             dod_passed=True,
         )
     )
+    with pytest.raises(LockHeld):  # run-1 still writes its record
+        RunRecord.open(tmp_path, "t", "run-2", max_rounds=1)
+    record.close()
     again = RunRecord.open(tmp_path, "t", "run-2", max_rounds=1)
     assert not again.paths.result.exists()
     assert files.read_jsonl(again.paths.events) == []

@@ -70,6 +70,21 @@ def _third_party_modules() -> set[Path]:
     return found
 
 
+def _distribution_infos(modules: set[Path]) -> set[Path]:
+    """The `*.dist-info` dirs beside the copied modules (some read their own version)."""
+    found: set[Path] = set()
+    for module in modules:
+        for info in module.parent.glob("*.dist-info"):
+            top = info / "top_level.txt"
+            names = top.read_text().split() if top.is_file() else []
+            stem = module.name.removesuffix(".py")
+            if stem in names or info.name.split("-")[0].lower().replace(
+                "_", ""
+            ) == stem.lower().replace("_", ""):
+                found.add(info)
+    return found
+
+
 @functools.cache
 def runtime() -> tuple[str, str] | None:
     """(python, PYTHONPATH) with which uid 65534 can run code-runner, or None."""
@@ -90,6 +105,8 @@ def runtime() -> tuple[str, str] | None:
             shutil.copytree(module, site / module.name, ignore=shutil.ignore_patterns("*.pyc"))
         else:
             shutil.copy2(module, site / module.name)
+    for info in _distribution_infos(_third_party_modules()):  # importlib.metadata.version()
+        shutil.copytree(info, site / info.name, ignore=shutil.ignore_patterns("RECORD"))
     for path in (runtime_dir, *runtime_dir.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
     pythonpath = f"{SRC}:{site}"
@@ -126,6 +143,14 @@ class Nobody:
         self.own()
         argv = [self.python, "-m", "code_runner", "run", str(spec)]
         return _as_nobody(argv, self.env(), cwd=self.root, timeout=timeout)
+
+    def cli(
+        self, *args: str, cwd: Path | None = None, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        """Any `code-runner` command as the user (extra environment in `env`)."""
+        self.own()
+        argv = [self.python, "-m", "code_runner", *args]
+        return _as_nobody(argv, {**self.env(), **env}, cwd=cwd or self.root, timeout=240)
 
     def result(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.root / "out/fix-calc.result.json").read_text())

@@ -1,6 +1,6 @@
 """The apply journal: what every touched source path held before, so it can go back.
 
-Written (with the prior bytes saved beside it under the output dir) before the first byte of
+Written (with the prior bytes saved beside it, in the state dir) before the first byte of
 the source changes, and saved again at every phase change. Restoring from it is idempotent:
 a rollback, or a repair after the process died anywhere in the middle, puts exactly the
 journaled paths back and nothing else. A pointer in the state dir lets `code-runner gc` find
@@ -105,6 +105,7 @@ class Journal:
     pid: int = field(default_factory=os.getpid)
     pid_started: float | None = None
     notes: list[str] = field(default_factory=list)
+    record_dir: str = ""  # the run's output dir (the journal itself is in the state dir)
 
     @property
     def apply_dir(self) -> Path:
@@ -136,9 +137,12 @@ class Journal:
             "pid": self.pid,
             "pid_started": self.pid_started,
             "notes": list(self.notes),
+            "record_dir": self.record_dir,
         }
 
     def save(self) -> None:
+        # in the state dir (RecordPaths.apply_journal), which only the runner's user may write
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         files.atomic_write_json(self.path, self.to_dict(), durable=True)
 
     def move_to(self, phase: Phase, note: str | None = None) -> None:
@@ -170,6 +174,7 @@ class Journal:
                 pid=int(data["pid"]),
                 pid_started=data.get("pid_started"),
                 notes=list(data.get("notes") or []),
+                record_dir=str(data.get("record_dir") or ""),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise JournalError(

@@ -18,7 +18,7 @@ from code_runner.apply.journal import Journal, Phase, apply_lock
 from code_runner.errors import CodeRunnerError, RecordError
 from code_runner.events import EventKind, EventSink
 from code_runner.proc import kill_run_processes
-from code_runner.record import RecordPaths, RunRecord, load_result
+from code_runner.record import RecordPaths, RunRecord, load_result, seal
 from code_runner.repo import git
 
 
@@ -77,7 +77,7 @@ def repair(path: Path, *, sink: EventSink | None = None, dry_run: bool = False) 
 
 def _record_of(j: Journal, sink: EventSink | None) -> RunRecord | None:
     """The record of the run whose apply is repaired: the caller's, when it is that one."""
-    paths = RecordPaths(j.path.parent, j.task_id)
+    paths = RecordPaths(Path(j.record_dir) if j.record_dir else j.path.parent, j.task_id)
     if isinstance(sink, RunRecord) and sink.paths == paths:
         return sink
     try:
@@ -91,6 +91,7 @@ def _note_repair_in_result(record: RunRecord, j: Journal, action: str) -> None:
     if not record.paths.result.exists():
         return
     try:
+        seal.verify(record.paths, ["result.json"])  # never re-seal a result someone edited
         result = load_result(record.paths.result)
     except RecordError:
         return  # a damaged result is reported by whoever reads it; the source is whole

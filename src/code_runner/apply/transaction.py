@@ -51,6 +51,7 @@ class Transaction:
             dirs=plan.dirs,
             commit_requested=req.commit,
             pid_started=workspace.process_start(os.getpid()),
+            record_dir=str(req.record.output_dir),
         )
         self.entered = False
         self.rollback_error: str | None = None  # a rollback that failed; gc retries it
@@ -76,6 +77,7 @@ class Transaction:
                     fix=f"restore those paths by hand, then delete {old}.",
                 )
         prior_dir = self.journal.prior_dir
+        prior_dir.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # state dir
         if prior_dir.exists():
             files.force_rmtree(prior_dir)
         for entry in self.plan.entries:  # prior bytes first: the journal points at them

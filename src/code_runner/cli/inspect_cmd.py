@@ -14,7 +14,7 @@ from code_runner import files
 from code_runner.errors import RecordError, UsageError
 from code_runner.monitor import load_result as load_experiment_result
 from code_runner.monitor import render_status
-from code_runner.record import load_result
+from code_runner.record import load_result, seal
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -174,6 +174,7 @@ def result_command(file: Path, as_json: bool) -> int:
         if not found:
             raise UsageError(f"{file} holds no *.result.json.", fix="has the run finished?")
         file = found[-1]
+    seal.verify_record_of(file, ("result.json", "patch"))  # RecordError (5) if changed
     result = load_result(file)
     if as_json:
         render.print_json(result.to_json())

@@ -91,6 +91,10 @@ COMMANDS: dict[str, Lazy] = {
         "code_runner.cli.supervise_cmd:summarize_command",
         "One line per run under RUNS_ROOT (default: .) and totals, for every backend.",
     ),
+    "trust": Lazy(
+        "code_runner.cli.trust_cmd:trust_command",
+        "Trust SOURCE's code-runner.toml (default: the current directory's) as it is now.",
+    ),
     "watch": Lazy(
         "code_runner.cli.inspect_cmd:watch_command",
         "Follow a run live until it reaches a terminal state; exit 0 iff it passed.",

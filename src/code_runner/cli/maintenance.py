@@ -46,6 +46,27 @@ def _model_backends(source_dir: Path | None) -> dict[str, Any]:
         return {"config": None, "backends": {}, "error": exc.render()}
 
 
+def _repo_config(source_dir: Path | None) -> dict[str, Any] | None:
+    """The source repo's code-runner.toml: whether it is trusted and what it asks for."""
+    from code_runner import config
+
+    try:
+        user = config.user_config_file()
+        repo = config.repo_config(source_dir, config.read_toml(user)[0] if user.is_file() else {})
+    except CodeRunnerError as exc:
+        return {"error": exc.render()}
+    if repo is None:
+        return None
+    return {
+        "path": str(repo.path),
+        "sha256": repo.sha256,
+        "trusted": repo.trusted,
+        "asks": list(repo.asks),
+        "shadowed": list(repo.shadowed),
+        "describe": repo.describe(),
+    }
+
+
 def _agent_clis() -> dict[str, Any]:
     from code_runner.agents.cli_agents.probe import cli_report
 
@@ -67,6 +88,7 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
         "tools": tools,
         "backends": agents.available_backends(),
         "model_backends": _model_backends(source_dir),
+        "repo_config": _repo_config(source_dir),
         "agent_clis": _agent_clis(),
         "credentials": {name: name in os.environ for name in _CREDENTIALS},
         "state_dir": str(state),
@@ -95,6 +117,9 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
         mark = "[green]ok[/]" if info["found"] else "[red]missing[/]"
         out.print(f"{name:6} {mark} {info.get('version') or ''}  [dim]{info['why']}[/]")
     out.print(f"backends: {', '.join(report['backends'])}")
+    repo = report["repo_config"]
+    if repo is not None:
+        out.print(f"repo config: {repo.get('describe') or repo.get('error')}")
     models = report["model_backends"]
     if models.get("error"):
         out.print(f"[red]config problem[/]: {models['error']}")

@@ -20,7 +20,7 @@ import code_runner.cli.render as render
 from code_runner import runner
 from code_runner.agents.model.replay import find_transcript
 from code_runner.errors import RecordError, UsageError
-from code_runner.record import RecordPaths, RunResult, load_result
+from code_runner.record import RecordPaths, RunResult, load_result, seal
 from code_runner.task import validate_spec_data
 
 _SAME_ROUND = ("agent_stop", "agent_turns", "agent_error", "score", "passed")
@@ -86,6 +86,8 @@ def replay_command(
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a directory.", fix="give a run's output dir.")
     request_path = _one(run_dir, ".request.json")
+    task_id = request_path.name.removesuffix(".request.json")
+    seal.verify(RecordPaths(run_dir, task_id), seal.SEALED)  # RecordError (5) if changed
     transcript = find_transcript(run_dir)
     try:
         request = json.loads(request_path.read_text(encoding="utf-8"))

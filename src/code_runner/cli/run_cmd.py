@@ -141,6 +141,7 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
                 "without an OS sandbox, agent commands run as you; the command policy and the "
                 "source snapshot are the guard"
             )
+        risks += _repo_config_risks(pre.source.work_tree)
         if task.network and pre.sandbox is not None and pre.sandbox.use:
             risks.append("network: true lets agent commands and the DoD reach the network")
         plan["risks"] = risks
@@ -159,3 +160,19 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
         out.print(f"  [yellow]risk:[/] {risk}")
     out.print("nothing was created.")
     return 0
+
+
+def _repo_config_risks(source_dir: Path | None) -> list[str]:
+    """What the source repo's code-runner.toml asks for, and whether the user trusts it."""
+    from code_runner import config
+
+    user = config.user_config_file()
+    repo = config.repo_config(source_dir, config.read_toml(user)[0] if user.is_file() else {})
+    if repo is None:
+        return []
+    if repo.trusted:
+        return [f"repo config {repo.describe()}: you trusted this exact file"]
+    return [
+        f"repo config {repo.describe()}: untrusted, so it may not choose programs, "
+        "endpoints, key variables or headers (`code-runner trust` after reading it)"
+    ]

@@ -1,8 +1,9 @@
 """A finished run's record, checked, and the two decisions a person makes on it.
 
 `code-runner apply` and `code-runner reject` start here. Both refuse a record that is not
-whole (no terminal status, no result, no request, no patch) or whose patch does not match the
-digest in result.json: a decision is only as good as the evidence it rests on. An apply
+whole (no terminal status, no result, no request, no patch), whose result, request or patch
+is not as the runner sealed it (`seal`), or whose patch does not match the digest in
+result.json: a decision is only as good as the evidence it rests on. An apply
 appends its events to the run's events.jsonl and its outcome to result.json; a reject marks
 result.json, and neither touches anything else in the record (both write through
 `RunRecord.reopen`)."""
@@ -17,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+import code_runner.record.seal as seal
 from code_runner.errors import RecordError, UsageError
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import RunResult, load_result
@@ -90,6 +92,8 @@ def _result_path(target: Path) -> Path:
 def load(target: Path) -> FinishedRun:
     """Load and check a finished run's record; raise `RecordError` on any gap or mismatch."""
     result_path = _result_path(target)
+    task_id = result_path.name.removesuffix(".result.json")
+    seal.verify(RecordPaths(result_path.parent, task_id), ("result.json", "request.json", "patch"))
     result = load_result(result_path)
     missing = [k for k in ("base", "patch_sha256") if not getattr(result, k)]
     if missing:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from code_runner import dirs
 
 
 @dataclass(frozen=True)
@@ -91,14 +94,29 @@ class RecordPaths:
         return self.file("agent")
 
     @property
+    def lock(self) -> Path:
+        """Held (flock) by the one run writing this record; a second run is refused."""
+        return self.file("lock")
+
+    @property
+    def seal(self) -> Path:
+        """The HMAC of each file readers trust (`record.seal`)."""
+        return self.file("seal.json")
+
+    @property
     def apply_journal(self) -> Path:
-        """The apply step's journal: prior state of every source path it touches."""
-        return self.file("apply.json")
+        """The apply step's journal: prior state of every source path it touches.
+
+        In the runner's state dir, never the output dir: a journal says which paths to
+        write and with which modes, so whoever can write it could choose them."""
+        where = f"{self.output_dir.resolve()}\0{self.task_id}".encode("utf-8", "surrogateescape")
+        key = hashlib.sha256(where).hexdigest()[:32]
+        return dirs.state_dir() / "journals" / f"{self.task_id}-{key}.apply.json"
 
     @property
     def apply_dir(self) -> Path:
         """Saved prior bytes (`prior/N`) and moved DoD byproducts of the apply step."""
-        return self.file("apply")
+        return self.apply_journal.with_suffix("")
 
     @property
     def transcript(self) -> Path:

@@ -10,6 +10,8 @@ happened to it later (an apply, a reject, a repair) with its sequence numbers co
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -19,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import code_runner.record.seal as seal
 from code_runner import clock, files
-from code_runner.errors import CodeRunnerError, IllegalTransition, RecordError
+from code_runner.errors import CodeRunnerError, IllegalTransition, LockHeld, RecordError
 from code_runner.events import EventKind
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import RunResult
@@ -49,42 +52,39 @@ class RunRecord:
         self._listeners: list[Listener] = []
         self._started = time.monotonic()
         self.finished = False  # a terminal status is on disk
+        self._lock_fd: int | None = None  # held by the run that writes this record
 
     @classmethod
     def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
+        """A new record for one run. LockHeld (exit 3) while another run writes one for the
+        same task id in `output_dir`. What an earlier run left is removed first, names only:
+        a symlink planted in a shared output dir is unlinked, never followed."""
         output_dir.mkdir(parents=True, exist_ok=True)
         paths = RecordPaths(output_dir, task_id)
-        # a record is one run: clear what a previous run with this task id left here
-        for suffix in (
-            "status.json",
-            "events.jsonl",
-            "rounds.jsonl",
-            "response.txt",
-            "result.json",
-            "patch",
-            "hunk.md",
-            "verifier.log",
-            "run.json",
-            "result.md",
-            "eval.md",
-            "terminal.log",
-            "tmux.json",
-            "stop",
-            "transcript.jsonl",
-            "reserve",
-        ):
-            path = paths.file(suffix)
-            if path.exists():
-                path.unlink()
-        shutil.rmtree(paths.agent_dir, ignore_errors=True)
         record = cls(paths, run_id, max_rounds=max_rounds)
-        files.reserve(paths.reserve, RESERVE_BYTES)  # DiskFull: no room for a run; none made
+        record._lock_fd = _take_lock(paths)
+        try:
+            for suffix in _RUN_FILES:
+                paths.file(suffix).unlink(missing_ok=True)
+            if paths.agent_dir.is_symlink():
+                paths.agent_dir.unlink()
+            shutil.rmtree(paths.agent_dir, ignore_errors=True)
+            files.reserve(paths.reserve, RESERVE_BYTES)  # DiskFull: no room for a run
+        except BaseException:
+            record.close()
+            raise
         try:
             record.write_status()
         except CodeRunnerError as exc:  # DiskFull: the reserve filled the disk
             record.give_up(exc.message)
             raise
         return record
+
+    def close(self) -> None:
+        """Let another run write a record for this task id here (the lock goes)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     @classmethod
     def reopen(cls, paths: RecordPaths) -> RunRecord:
@@ -232,6 +232,7 @@ class RunRecord:
 
     def write_request(self, request: dict[str, Any]) -> None:
         files.atomic_write_json(self.paths.request, request)
+        seal.seal(self.paths, ["request.json"])
 
     def append_round(self, details: dict[str, Any]) -> None:
         files.append_jsonl(self.paths.rounds, details)
@@ -246,7 +247,57 @@ class RunRecord:
     def write_patch(self, patch: bytes, review: str) -> str:
         files.atomic_write_bytes(self.paths.patch, patch)
         files.atomic_write_text(self.paths.hunk, review)
+        seal.seal(self.paths, ["patch"])
         return hashlib.sha256(patch).hexdigest()
 
     def write_result(self, result: RunResult) -> None:
+        """result.json, sealed with the transcript as it stands (the run's last words)."""
         files.atomic_write_json(self.paths.result, result.to_json())
+        seal.seal(self.paths, ["result.json", "transcript.jsonl"])
+
+
+# what a run writes in its output dir; a new run of the task id removes them first
+_RUN_FILES = (
+    "status.json",
+    "events.jsonl",
+    "rounds.jsonl",
+    "response.txt",
+    "result.json",
+    "patch",
+    "hunk.md",
+    "verifier.log",
+    "run.json",
+    "result.md",
+    "eval.md",
+    "terminal.log",
+    "tmux.json",
+    "stop",
+    "transcript.jsonl",
+    "reserve",
+    "seal.json",
+    "request.json",
+)
+
+
+def _take_lock(paths: RecordPaths) -> int:
+    """An exclusive flock on `{task_id}.lock`, never through a symlink; LockHeld if taken."""
+    try:
+        fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise LockHeld(
+            f"{paths.lock} is a symlink, not a run lock; it was not followed.",
+            fix=f"remove {paths.lock} (someone planted it) or use an output_dir only you write.",
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockHeld(
+            f"another run of task {paths.task_id!r} is writing its record in "
+            f"{paths.output_dir} ({paths.lock} is held).",
+            fix="wait for it to finish (`code-runner watch`), or give this run another "
+            "output_dir or task_id.",
+        ) from None
+    return fd

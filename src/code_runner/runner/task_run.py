@@ -479,8 +479,10 @@ def run_task(
             record.give_up(exc.message)
         raise
     finally:
-        if record is not None and record.finished:
+        if record is None or record.finished:
             run_leases.drop(run_id)
+        if record is not None:
+            record.close()
 
 
 __all__ = ["TaskRun", "apply_ending", "run_task"]

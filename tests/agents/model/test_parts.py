@@ -36,17 +36,24 @@ def test_builtin_openai_backend_without_any_file(tmp_path: Path) -> None:
     assert config.resolve(cfg, "nope", None) is None
 
 
-def test_precedence_explicit_then_repo_then_user(
+def test_precedence_explicit_then_user_over_repo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = config.user_config_path()
     user.parent.mkdir(parents=True)
-    user.write_text('[backends.a]\nmodel = "from-user"\n')
+    user.write_text('[budget]\nturns_per_round = 3\n[backends.a]\nmodel = "from-user"\n')
     repo = tmp_path / "repo"
     repo.mkdir()
     assert config.load_config(repo).backends["a"].model == "from-user"
-    (repo / "code-runner.toml").write_text('[backends.a]\nmodel = "from-repo"\n')
-    assert config.load_config(repo).backends["a"].model == "from-repo"
+    (repo / "code-runner.toml").write_text(
+        "[budget]\nturns_per_round = 9\ntokens_per_run = 5000\n"
+        '[backends.a]\nmodel = "from-repo"\n[backends.b]\nmodel = "repo-only"\n'
+    )
+    cfg = config.load_config(repo)
+    assert cfg.backends["a"].model == "from-user"  # the user's config wins every clash
+    assert cfg.backends["b"].model == "repo-only"  # an untrusted repo may add a model entry
+    assert (cfg.budget.turns_per_round, cfg.budget.tokens_per_run) == (3, 5000)
+    assert cfg.sources == (user, repo / "code-runner.toml")
     explicit = tmp_path / "x.toml"
     explicit.write_text('[backends.a]\nmodel = "explicit"\n')
     monkeypatch.setenv(config.CONFIG_ENV, str(explicit))

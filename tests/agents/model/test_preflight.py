@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,7 +121,7 @@ def test_openai_without_a_model_and_with_the_sdk_variables(
     assert probe.headers["authorization"] == f"Bearer {KEY}"
 
 
-def test_repo_config_wins_over_the_user_config_and_is_validated_whole(
+def test_a_trusted_repo_config_is_read_under_the_user_config_and_validated_whole(
     tmp_path: Path,
     server: ScriptedServer,
     monkeypatch: pytest.MonkeyPatch,
@@ -130,15 +129,17 @@ def test_repo_config_wins_over_the_user_config_and_is_validated_whole(
 ) -> None:
     run = model_task(tmp_path, server, monkeypatch, backend="repo-llm")
     monkeypatch.delenv("CODE_RUNNER_CONFIG")
-    user = Path(os.environ["XDG_CONFIG_HOME"])  # an invalid user config: never read here
-    (user / "code-runner").mkdir()
-    write_config(user / "code-runner" / "config.toml", {"repo-llm": {"model": "x", "retries": 99}})
     write_config(run.source / "code-runner.toml", {"repo-llm": fast_backend(server)})
-    assert invoke(cli, ["dry-run", str(run.spec)]) == 0  # the repo's file is the one read
+    assert invoke(cli, ["dry-run", str(run.spec)]) == 2  # it names an endpoint: untrusted
+    assert "code-runner trust" in capsys.readouterr().err
+    assert invoke(cli, ["trust", str(run.source)]) == 0
+    assert invoke(cli, ["dry-run", str(run.spec)]) == 0  # the trusted file is read
     (run.source / "code-runner.toml").write_text(
         "[backends.repo-llm]\nmodel = 3\nretries = -1\nsurprise = true\n"
         "[budget]\nturns_per_round = 0\n"
     )
+    assert invoke(cli, ["trust", str(run.source)]) == 0
+    capsys.readouterr()
     assert invoke(cli, ["dry-run", str(run.spec)]) == 2
     err = capsys.readouterr().err
     assert "code-runner.toml: 4 problems" in err

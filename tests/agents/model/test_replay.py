@@ -4,7 +4,6 @@ calls, the same patch and the same result (timestamps, run ids and paths aside).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from code_runner.testing.chat_completions import ChatCompletions
 from code_runner.testing.scripted_server import ScriptedServer
 from tests.helpers.git import make_repo
 from tests.helpers.model_runs import FIXED_ADD, FIXED_BOTH, Turn, call, model_task, write
+from tests.helpers.records import reseal, sealed_copy
 from tests.helpers.tasks import run_cli
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,7 @@ def test_fixtures_are_the_expected_runs() -> None:
 def test_recorded_run_replays_identically(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    recorded = RECORDED / name
+    recorded = sealed_copy(RECORDED / name, tmp_path / "recorded", name)
     source = make_repo(tmp_path / "source", json.loads((recorded / "source.json").read_text()))
     out = tmp_path / "replay"
     code = invoke(cli, ["replay", str(recorded), "--source", str(source), "--output-dir", str(out)])
@@ -99,12 +99,15 @@ def test_replay_of_a_fresh_recording_in_a_real_process_with_no_server(
 def test_a_replay_that_diverges_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     name = "two-rounds-fix"
     recorded = tmp_path / "recorded"
-    shutil.copytree(RECORDED / name, recorded)
+    sealed_copy(RECORDED / name, recorded, name)
     transcript = recorded / f"{name}.transcript.jsonl"
     lines = transcript.read_text().splitlines()
     entries = [json.loads(line) for line in lines]
     cut = next(i for i, e in enumerate(entries) if e["kind"] == "response" and e["round"] == 2)
     transcript.write_text("\n".join(lines[:cut]) + "\n")  # round 2 has no answers left
+    assert invoke(cli, ["replay", str(recorded)]) == 5  # an edited record is refused
+    assert f"{transcript} was changed after the run" in capsys.readouterr().err
+    reseal(recorded, name)  # as if the run had recorded this transcript
     source = make_repo(tmp_path / "source", json.loads((recorded / "source.json").read_text()))
     code = invoke(cli, ["replay", str(recorded), "--source", str(source)])
     assert code == 1
