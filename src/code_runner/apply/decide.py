@@ -24,6 +24,7 @@ from code_runner.record import RunRecord
 from code_runner.record.finished import FinishedRun
 from code_runner.repo import git, snapshot
 from code_runner.workspace.env import command_env
+from code_runner.workspace.python_env import discover
 
 
 def _must_be_appliable(run: FinishedRun) -> None:
@@ -66,7 +67,8 @@ def dod_env(run: FinishedRun) -> Iterator[dict[str, str]]:
     home_dir.mkdir(parents=True)
     tmp_dir.mkdir()
     try:
-        yield command_env(run_id=run.run_id, home_dir=home_dir, tmp_dir=tmp_dir)
+        env = command_env(run_id=run.run_id, home_dir=home_dir, tmp_dir=tmp_dir)
+        yield discover(run.cwd).overlay(env)
     finally:
         files.force_rmtree(root)
 

@@ -180,7 +180,7 @@ class TaskRun:
                 patch=self.record.paths.patch.read_bytes(),
                 allowlist=spec.allowlist_policy,
                 dod=spec.definition_of_done,
-                env=ws.env(),
+                env=ws.source_env(),
                 record=self.record.paths,
                 commit=spec.commit_on_success,
                 rollback=spec.rollback_on_failure,
