@@ -130,3 +130,18 @@ def test_a_venv_dir_named_venv_is_found(tmp_path: Path, tools_dir: Path | None) 
     found = discover(source, environ={"VIRTUAL_ENV": "/nonexistent"})
     assert found.origin == "venv"
     assert found.python == source / "venv" / "bin" / "python"
+
+
+@pytest.mark.parametrize(("layout", "form"), FORMS)
+def test_under_the_sandbox_the_workspace_is_imported(
+    tmp_path: Path, tools_dir: Path | None, layout: str, form: str
+) -> None:
+    source = editable_project(tmp_path, layout=layout, form=form, tools_dir=tools_dir)
+    (source / module_path(layout)).write_text(WRONG)  # uncommitted: never seen
+    rounds = [[], [write(module_path(layout), FIXED)]]
+    done = run_cli("run", str(_task(tmp_path, source, layout, rounds, sandbox="auto")))
+    result = load_result(tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert result["status"] == "passed"
+    assert result["rounds"] == 2  # round 1 (no change) failed: the source's copy was not seen
+    assert result["sandbox"]["kind"] == "bwrap"

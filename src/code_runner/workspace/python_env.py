@@ -33,6 +33,7 @@ import sys as _sys
 
 _FROM = {sources!r}
 _TO = {target!r}
+_ENTRIES = {entries!r}  # the editable path entries, which `site` skips when it cannot see them
 
 
 def _map(path):
@@ -45,6 +46,7 @@ def _map(path):
 
 
 _sys.path[:] = [_map(p) for p in _sys.path]
+_sys.path.extend(e for e in map(_map, _ENTRIES) if e not in _sys.path)
 for _name, _mod in list(_sys.modules.items()):
     if _name.startswith("__editable___") and _name.endswith("_finder"):
         _mapping = getattr(_mod, "MAPPING", None)
@@ -114,10 +116,15 @@ class ProjectEnv:
             rest = env.get("PATH", "").split(os.pathsep)
             env["PATH"] = os.pathsep.join(dict.fromkeys([*front, *rest]))
         if tree is not None and shim_at is not None and _real(tree) != _real(self.source_dir):
-            shim = write_shim(shim_at, tree, self.source_dir)
+            shim = write_shim(shim_at, tree, self.source_dir, self.path_entries())
             old = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             env["PYTHONPATH"] = os.pathsep.join([str(shim), *old])
         return env
+
+    def path_entries(self) -> list[str]:
+        """The import path entries the editable installs add (not a finder's packages)."""
+        found = [p for e in self.editable if e.form != "finder" for p in e.paths]
+        return [str(p) for p in dict.fromkeys(found)]
 
     def describe(self) -> list[str]:
         """What a DoD will see, one line each (for `dry-run`)."""
@@ -138,10 +145,12 @@ class ProjectEnv:
         return lines
 
 
-def write_shim(where: Path, tree: Path, source_dir: Path) -> Path:
+def write_shim(where: Path, tree: Path, source_dir: Path, entries: list[str]) -> Path:
     """Write into `where` the `sitecustomize.py` that maps `source_dir` to `tree`."""
     sources = list(dict.fromkeys([str(source_dir), os.path.realpath(source_dir)]))
-    text = _SHIM.format(sources=sorted(sources, key=len, reverse=True), target=str(tree))
+    text = _SHIM.format(
+        sources=sorted(sources, key=len, reverse=True), target=str(tree), entries=entries
+    )
     target = where / "sitecustomize.py"
     with contextlib.suppress(OSError):
         if target.read_text() == text:
