@@ -11,7 +11,7 @@ import click
 import code_runner.cli.render as render
 from code_runner import runner
 from code_runner.errors import SafetyViolation
-from code_runner.record import RecordPaths
+from code_runner.record import Reason, RecordPaths
 from code_runner.repo import snapshot
 from code_runner.task import load_spec
 
@@ -87,6 +87,8 @@ def run_command(
         )
     if result.passed:
         return 0
+    if result.reason is Reason.DOD_CANNOT_START:
+        return 3  # a preflight error: the DoD's environment, not the agent's work
     return 130 if result.interrupted else 1
 
 

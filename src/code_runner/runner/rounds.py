@@ -15,7 +15,7 @@ from typing import Any
 
 from code_runner import verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
-from code_runner.errors import CodeRunnerError, Interrupted
+from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
 from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
 from code_runner.sandbox import Session
@@ -57,6 +57,11 @@ class Best:
     round_index: int
     passed: bool = False
     changes: tuple[workspace.Change, ...] = ()
+
+
+class DodCannotStart(PreflightError):
+    """The DoD could not start at base: its command, interpreter or the project's own
+    package is missing. A preflight error (exit 3): no agent round can fix it."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,23 @@ class RoundLoop:
         self.record.append_round(self.rounds[-1])
         if not verdict.passed:
             self.best.score = min(self.best.score, 0.0)  # the base itself is never "progress"
+            self._must_start(verdict)
         return verdict
+
+    def _must_start(self, verdict: verify.Verdict) -> None:
+        """A DoD that cannot even start at base ends the run before any agent round."""
+        if verdict.timed_out:
+            return
+        output = f"{verdict.stdout_tail}\n{verdict.stderr_tail}"
+        project = self.ws.project
+        names = workspace.project_packages(self.ws.work_tree, project)
+        problem = workspace.cannot_start(verdict.exit_code, output, names, project)
+        if problem is not None:
+            said = (verdict.stderr_tail.strip() or verdict.stdout_tail.strip())[-600:]
+            raise DodCannotStart(
+                f"{problem}; no agent round was run. The DoD said:\n{said}",
+                fix=workspace.START_FIX,
+            )
 
     # --- one round -------------------------------------------------------------------------
 
@@ -320,4 +341,4 @@ class RoundLoop:
             self.sandbox.hand_over()
 
 
-__all__ = ["Best", "Ending", "Progress", "RoundLoop", "RoundResult", "ending"]
+__all__ = ["Best", "DodCannotStart", "Ending", "Progress", "RoundLoop", "RoundResult", "ending"]

@@ -33,7 +33,7 @@ from code_runner.record import (
 )
 from code_runner.repo import snapshot
 from code_runner.runner.preflight import Preflight, new_run_id
-from code_runner.runner.rounds import Ending, RoundLoop
+from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop
 from code_runner.sandbox import Session, open_session
 from code_runner.task import contract, spec_to_request
 
@@ -265,8 +265,13 @@ class TaskRun:
                     else Ending(ResultStatus.INTERRUPTED, Reason.INTERRUPTED, exc.message)
                 )
             except CodeRunnerError as exc:
-                full = isinstance(exc, DiskFull)
-                reason = Reason.DISK_FULL if full else Reason.WORKSPACE_ERROR
+                reason = (
+                    Reason.DISK_FULL
+                    if isinstance(exc, DiskFull)
+                    else Reason.DOD_CANNOT_START
+                    if isinstance(exc, DodCannotStart)
+                    else Reason.WORKSPACE_ERROR
+                )
                 self.ending = Ending(ResultStatus.ERROR, reason, exc.render())
                 record.emit(EventKind.ERROR, message=exc.render())
             except Exception as exc:

@@ -82,6 +82,11 @@ class Workspace:
         """The same environment for a DoD run in the source (the apply step)."""
         return self.paths.source_env()
 
+    @property
+    def project(self) -> ProjectEnv | None:
+        """The project's environment its commands get."""
+        return self.paths.project
+
     def empty_scratch(self) -> None:
         """Empty the commands' HOME and TMPDIR (before a DoD run without the sandbox)."""
         self.paths.empty_scratch()

@@ -273,3 +273,42 @@ def _finder_paths(module: Path) -> list[Path]:
         return []
     pairs = re.findall(r":\s*(?:'([^']+)'|\"([^\"]+)\")", match.group(1))
     return [Path(a or b) for a, b in pairs]
+
+
+_NO_MODULE = re.compile(r"No module named '?([\w.]+)'?")
+
+
+def project_packages(tree: Path, env: ProjectEnv | None = None) -> set[str]:
+    """The project's own top-level packages: the tree's (flat or src layout) and what its
+    editable finders map."""
+    names: set[str] = set()
+    for root in (tree, tree / "src"):
+        with contextlib.suppress(OSError):
+            names.update(p.parent.name for p in root.glob("*/__init__.py"))
+    for found in env.editable if env is not None else ():
+        if found.form == "finder":
+            names.update(p.name for p in found.paths)
+    return names
+
+
+def cannot_start(
+    exit_code: int, output: str, packages: set[str], env: ProjectEnv | None
+) -> str | None:
+    """Why a DoD at base could not even start (a missing command or interpreter, the
+    project's own package not importable), or None when its failure is the agent's to fix."""
+    if exit_code in (126, 127):
+        what = "not found" if exit_code == 127 else "not executable"
+        return f"the DoD's command or interpreter was {what} (exit {exit_code})"
+    for name in _NO_MODULE.findall(output):
+        if name in packages:
+            where = f"the environment {env.prefix}" if env and env.prefix else "no environment"
+            return f"the DoD could not import the project's own package {name!r} ({where})"
+    return None
+
+
+START_FIX = (
+    "give the DoD the project's environment: a `.venv` or `venv/` in the source with the "
+    "project installed (`python -m venv .venv && .venv/bin/pip install -e .`), or run with "
+    "VIRTUAL_ENV (or CONDA_PREFIX) set to one; `code-runner dry-run SPEC` shows what the DoD "
+    "will see."
+)
