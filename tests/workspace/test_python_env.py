@@ -145,3 +145,14 @@ def test_under_the_sandbox_the_workspace_is_imported(
     assert result["status"] == "passed"
     assert result["rounds"] == 2  # round 1 (no change) failed: the source's copy was not seen
     assert result["sandbox"]["kind"] == "bwrap"
+
+
+def test_dry_run_shows_what_the_dod_will_see(tmp_path: Path, tools_dir: Path | None) -> None:
+    source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir)
+    spec = _task(tmp_path, source, "src", [[]], sandbox="off")
+    done = run_cli("dry-run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"DoD sees: interpreter: {source / '.venv' / 'bin' / 'python'}" in done.stdout
+    assert f"DoD sees: environment: {source / '.venv'} (.venv)" in done.stdout
+    assert "DoD sees: project import: editable install (pth" in done.stdout
+    assert "mapped to the workspace" in done.stdout
