@@ -44,7 +44,8 @@ def test_the_projects_own_package_missing_ends_the_run(tmp_path: Path) -> None:
         tmp_path / "source",
         {
             "src/tinypkg/__init__.py": "def value():\n    return 1\n",
-            "test_value.py": "from tinypkg import value\n\n\ndef test_v():\n    assert value() == 2\n",
+            "test_value.py": "from tinypkg import value\n\n\ndef test_v():\n"
+            "    assert value() == 2\n",
         },
     )
     spec = write_task(

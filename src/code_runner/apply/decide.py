@@ -24,7 +24,7 @@ from code_runner.record import RunRecord
 from code_runner.record.finished import FinishedRun
 from code_runner.repo import git, snapshot
 from code_runner.workspace.env import command_env
-from code_runner.workspace.python_env import discover
+from code_runner.workspace.python_env import from_section
 
 
 def _must_be_appliable(run: FinishedRun) -> None:
@@ -68,7 +68,7 @@ def dod_env(run: FinishedRun) -> Iterator[dict[str, str]]:
     tmp_dir.mkdir()
     try:
         env = command_env(run_id=run.run_id, home_dir=home_dir, tmp_dir=tmp_dir)
-        yield discover(run.cwd).overlay(env)
+        yield from_section(run.cwd, run.env).overlay(env)
     finally:
         files.force_rmtree(root)
 
@@ -118,7 +118,10 @@ def check_dod(run: FinishedRun, plan_: Plan) -> verify.Verdict:
     """Run the DoD on HEAD + patch in a disposable checkout: would it pass? (`--check`)."""
     source = git.open_source(run.cwd)
     ws = workspace.create(
-        source, plan_.head, run_id=f"{run.run_id[:60]}-check-{secrets.token_hex(3)}"
+        source,
+        plan_.head,
+        run_id=f"{run.run_id[:60]}-check-{secrets.token_hex(3)}",
+        project=from_section(run.cwd, run.env),
     )
     try:
         ws.repo.run("apply", "--binary", "--index", "-", input_bytes=run.patch)

@@ -118,7 +118,9 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
         "mode": "apply to source" if task.apply_to_source else "patch only",
         "warnings": list(pre.warnings),
         "sandbox": pre.sandbox.posture() if pre.sandbox else {"kind": "none", "mode": "off"},
-        "dod_environment": workspace.discover(pre.source.work_tree).describe(),
+        "dod_environment": workspace.from_section(
+            Path(str(pre.source.work_tree)), task.env
+        ).describe(),
     }
     risks: list[str] = []
     if explain_risk:

@@ -121,6 +121,7 @@ class Session:
         cpu_s: int,
         cgroups: CgroupSupport | None,
         name: str,
+        keep_vars: Sequence[str] = (),
     ) -> None:
         self.workspace = workspace
         self.programs = programs
@@ -128,7 +129,7 @@ class Session:
         self.limits = limits
         self.cpu_s = cpu_s
         self.identity = new_identity() if os.geteuid() == 0 else None
-        self._env = sandbox_env(env, workspace.work_tree)
+        self._env = sandbox_env(env, workspace.work_tree, keep_vars)
         self._cgroups = CgroupSet(cgroups, f"code-runner-{name}", limits) if cgroups else None
         self.cgroup_error: str | None = None
         self._masks = mounts.masked_dirs()

@@ -37,6 +37,7 @@ from code_runner.workspace.python_env import (
     ProjectEnv,
     cannot_start,
     discover,
+    from_section,
     project_packages,
 )
 from code_runner.workspace.trees import (
@@ -73,6 +74,7 @@ __all__ = [
     "empty_scratch",
     "export_patch",
     "find_leftovers",
+    "from_section",
     "git_state",
     "lease_is_live",
     "patch_applies_on_base",

@@ -18,8 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from code_runner.task.env import DodEnv
 
 ENV_DIRS = (".venv", "venv")
 SHIM_DIR_NAME = "code-runner-python"
@@ -93,6 +96,8 @@ class ProjectEnv:
     python: Path | None = None
     node_modules: Path | None = None
     editable: tuple[EditableInstall, ...] = field(default=())
+    path_prepend: tuple[Path, ...] = ()  # the spec's env.path_prepend
+    variables: tuple[tuple[str, str], ...] = ()  # the spec's env.vars, resolved
 
     def overlay(
         self, base_env: dict[str, str], tree: Path | None = None, shim_at: Path | None = None
@@ -103,7 +108,8 @@ class ProjectEnv:
         the shim (written into `shim_at`) that maps the source's import paths to it.
         """
         env = dict(base_env)
-        front: list[str] = []
+        env.update(self.variables)
+        front: list[str] = [str(p) for p in self.path_prepend]
         if self.python is not None:
             front.append(str(self.python.parent))
         if self.prefix is not None:
@@ -121,6 +127,11 @@ class ProjectEnv:
             env["PYTHONPATH"] = os.pathsep.join([str(shim), *old])
         return env
 
+    def variable_names(self) -> tuple[str, ...]:
+        """The variables beyond the sandbox's allowlist that commands must still get."""
+        names = [name for name, _ in self.variables]
+        return (*names, "NODE_PATH") if self.node_modules is not None else tuple(names)
+
     def path_entries(self) -> list[str]:
         """The import path entries the editable installs add (not a finder's packages)."""
         found = [p for e in self.editable if e.form != "finder" for p in e.paths]
@@ -128,12 +139,17 @@ class ProjectEnv:
 
     def describe(self) -> list[str]:
         """What a DoD will see, one line each (for `dry-run`)."""
+        missing = " (missing)" if self.python is not None and not self.python.exists() else ""
         lines = [
-            f"interpreter: {self.python or 'python on PATH'}",
+            f"interpreter: {self.python or 'python on PATH'}{missing}",
             f"environment: {self.prefix or 'none found'} ({self.origin})",
         ]
         if self.node_modules is not None:
             lines.append(f"node_modules: {self.node_modules}")
+        if self.path_prepend:
+            lines.append("PATH starts with: " + ", ".join(map(str, self.path_prepend)))
+        if self.variables:
+            lines.append("variables: " + ", ".join(name for name, _ in self.variables))
         if not self.editable:
             lines.append("project import: no editable install of the source found")
         for found in self.editable:
@@ -186,9 +202,12 @@ def discover(
     *,
     environ: dict[str, str] | None = None,
     python: str | None = None,
+    path_prepend: Sequence[str] = (),
+    variables: Mapping[str, str] | None = None,
 ) -> ProjectEnv:
     """The project's environment: `python` (a path, or None/"auto" to look), else a `.venv` or
-    `venv/` in the source, else the active `VIRTUAL_ENV` or `CONDA_PREFIX`."""
+    `venv/` in the source, else the active `VIRTUAL_ENV` or `CONDA_PREFIX`; `path_prepend`
+    and `variables` (already resolved) come from the spec's `env` section."""
     env = os.environ if environ is None else environ
     interpreter: Path | None = None
     if python and python != "auto":
@@ -216,6 +235,8 @@ def discover(
         python=interpreter,
         node_modules=modules if modules.is_dir() else None,
         editable=editable_installs(prefix_found, source_dir) if prefix_found else (),
+        path_prepend=tuple(source_dir / p for p in path_prepend),
+        variables=tuple(sorted((variables or {}).items())),
     )
 
 
@@ -312,3 +333,13 @@ START_FIX = (
     "VIRTUAL_ENV (or CONDA_PREFIX) set to one; `code-runner dry-run SPEC` shows what the DoD "
     "will see."
 )
+
+
+def from_section(source_dir: Path, section: DodEnv) -> ProjectEnv:
+    """The project's environment as a spec's `env` section asks for it, `$NAME`s resolved."""
+    return discover(
+        source_dir,
+        python=section.python,
+        path_prepend=section.path_prepend,
+        variables=section.resolved_vars(),
+    )
