@@ -139,6 +139,7 @@ class RoundLoop:
     best: Best | None = None
     violations: list[str] = field(default_factory=list)
     dropped: list[dict[str, object]] = field(default_factory=list)
+    verdicts: dict[str, verify.Verdict] = field(default_factory=dict)  # by tree
     last_response: str = ""  # the agent's final text of the last round (its RESULT block)
 
     def run(self) -> Ending:
@@ -183,9 +184,9 @@ class RoundLoop:
 
     def _baseline(self) -> verify.Verdict:
         self.record.transition(RunState.BASELINE, step="round 0: is the DoD already satisfied?")
-        verdict = self._dod("round 0 (base)")
         base_tree = self.ws.current_tree
         assert base_tree is not None
+        verdict = self._dod("round 0 (base)", base_tree)
         score = verify.score(verdict) if not verdict.passed else 1.0
         self.best = Best(score=score, tree=base_tree, round_index=0, passed=verdict.passed)
         self.rounds.append({"round": 0, "verdict": verdict.to_dict(), "score": score})
@@ -279,10 +280,10 @@ class RoundLoop:
         """The DoD on base + the allowed changes; keep the state if it is the best so far,
         else go back to the best. (the verdict, whether the round passed)"""
         self.record.transition(RunState.VERIFYING, step=f"round {index}: DoD")
-        verdict = self._dod(f"round {index}")
+        tree = self.ws.keep()  # the audited state, which the DoD is about
+        verdict = self._dod(f"round {index}", tree)
         passed = verdict.passed and audit.changed_allowed
         score = 1.0 if passed else min(verify.score(verdict), 0.49)
-        tree = self.ws.keep()
         details.update(verdict=verdict.to_dict(), score=score, passed=passed)
         best = self.best
         assert best is not None
@@ -311,7 +312,25 @@ class RoundLoop:
             EventKind.ROUND_FINISHED, score=details.get("score"), passed=details.get("passed")
         )
 
-    def _dod(self, label: str) -> verify.Verdict:
+    def _dod(self, label: str, tree: str) -> verify.Verdict:
+        """The DoD's verdict on `tree`: run once per distinct tree, then reused (a round
+        that changed nothing, or went back to a state already judged, costs no DoD run)."""
+        seen = self.verdicts.get(tree)
+        if seen is not None:
+            self.record.emit(
+                EventKind.DOD_FINISHED,
+                label=label,
+                passed=seen.passed,
+                exit_code=seen.exit_code,
+                reason=seen.reason,
+                reused_for_tree=tree,
+            )
+            return seen
+        verdict = self._run_dod(label)
+        self.verdicts[tree] = verdict
+        return verdict
+
+    def _run_dod(self, label: str) -> verify.Verdict:
         dod = self.spec.definition_of_done
         remaining = max(1.0, self.deadline - time.monotonic())
         if remaining < dod.timeout_s:
