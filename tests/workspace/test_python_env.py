@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from code_runner.workspace.python_env import discover
-from tests.helpers.git import git
+from tests.helpers.git import git, make_repo
 from tests.helpers.projects import (
     DOD,
     FIXED,
@@ -156,3 +156,41 @@ def test_dry_run_shows_what_the_dod_will_see(tmp_path: Path, tools_dir: Path | N
     assert f"DoD sees: environment: {source / '.venv'} (.venv)" in done.stdout
     assert "DoD sees: project import: editable install (pth" in done.stdout
     assert "mapped to the workspace" in done.stdout
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_node_modules_tools_reach_the_dod(tmp_path: Path, sandbox: str) -> None:
+    source = make_repo(
+        tmp_path / "source",
+        {"calc.py": "x = 1\n", ".gitignore": "node_modules/\n"},
+    )
+    tool = source / "node_modules" / ".bin" / "check-x"
+    tool.parent.mkdir(parents=True)
+    tool.write_text('#!/bin/sh\ngrep -q "x = 2" calc.py && test -n "$NODE_PATH"\n')
+    tool.chmod(0o755)
+    spec = write_task(
+        tmp_path,
+        source,
+        [[write("calc.py", "x = 2\n")]],
+        command="check-x",
+        sandbox=sandbox,
+    )
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_result(tmp_path / "out")["status"] == "passed"
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_a_venv_dir_in_the_repo_works_in_run_and_check(
+    tmp_path: Path, tools_dir: Path | None, sandbox: str
+) -> None:
+    venv = tmp_path / "source" / "venv"
+    source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir, env_at=venv)
+    (source / module_path("src")).write_text(WRONG)  # uncommitted: never seen
+    spec = _task(tmp_path, source, "src", [[write(module_path("src"), FIXED)]], sandbox=sandbox)
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    git(source, "checkout", "--", module_path("src"))  # apply refuses an overlapping change
+    check = run_cli("apply", "--check", str(tmp_path / "out"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "would pass" in check.stdout

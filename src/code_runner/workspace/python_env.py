@@ -319,7 +319,13 @@ def cannot_start(
     project's own package not importable), or None when its failure is the agent's to fix."""
     if exit_code in (126, 127):
         what = "not found" if exit_code == 127 else "not executable"
-        return f"the DoD's command or interpreter was {what} (exit {exit_code})"
+        hint = ""
+        if env is not None and env.prefix is not None and re.search(r"\bvenv/bin/", output):
+            hint = (
+                f" (the workspace has no {env.prefix.name}/ of its own without the sandbox: "
+                f"write the command with `python`, which is {env.prefix}/bin/python there)"
+            )
+        return f"the DoD's command or interpreter was {what} (exit {exit_code}){hint}"
     for name in _NO_MODULE.findall(output):
         if name in packages:
             where = f"the environment {env.prefix}" if env and env.prefix else "no environment"
