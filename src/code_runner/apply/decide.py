@@ -29,6 +29,7 @@ from code_runner.record.finished import FinishedRun
 from code_runner.repo import git, snapshot
 from code_runner.sandbox import DEFAULT_LIMITS, ResourceLimits, SandboxMode
 from code_runner.workspace.env import command_env
+from code_runner.workspace.python_env import from_section
 
 
 def _must_be_appliable(run: FinishedRun) -> None:
@@ -71,7 +72,8 @@ def dod_env(run: FinishedRun) -> Iterator[dict[str, str]]:
     home_dir.mkdir(parents=True)
     tmp_dir.mkdir()
     try:
-        yield command_env(run_id=run.run_id, home_dir=home_dir, tmp_dir=tmp_dir)
+        env = command_env(run_id=run.run_id, home_dir=home_dir, tmp_dir=tmp_dir)
+        yield from_section(run.cwd, run.env).overlay(env)
     finally:
         files.force_rmtree(root)
 
@@ -139,7 +141,7 @@ def check_dod(run: FinishedRun, plan_: Plan, *, unsandboxed: bool = False) -> ve
     walls = dod_sandbox(run, unsandboxed=unsandboxed)
     source = git.open_source(run.cwd)
     name = f"{run.run_id[:60]}-check-{secrets.token_hex(3)}"
-    ws = workspace.create(source, plan_.head, run_id=name)
+    ws = workspace.create(source, plan_.head, run_id=name, project=from_section(run.cwd, run.env))
     try:
         ws.repo.run("apply", "--binary", "--index", "-", input_bytes=run.patch)
         ws.materialize()

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import code_runner.cli.render as render
-from code_runner import apply, proc
+from code_runner import apply, proc, verify
 from code_runner.apply import decide
 from code_runner.errors import ApplyRefused, Interrupted, SafetyViolation
 from code_runner.record import RunRecord, finished
@@ -123,6 +123,7 @@ def apply_command(
         else:
             mark = "[green]would pass[/]" if verdict.passed else "[red]would fail[/]"
             out.print(f"applies cleanly; DoD {mark} — {escape(verdict.reason)}")
+            _show_dod_output(out, verdict)
             out.print("nothing was changed.")
         return 0 if verdict.passed else 1
     with proc.signals_as_interrupt(_interrupted):
@@ -148,6 +149,21 @@ def apply_command(
     if outcome.refused:
         raise ApplyRefused(outcome.error or "the apply was refused.")
     return 0 if outcome.ok else 1
+
+
+_CHECK_TAIL_LINES = 20
+_CHECK_TAIL_CHARS = 4000
+
+
+def _show_dod_output(out: Console, verdict: verify.Verdict) -> None:
+    """A failed DoD's own words: the tail of its stderr, else of its stdout."""
+    if verdict.passed:
+        return
+    text = (verdict.stderr_tail.strip() or verdict.stdout_tail.strip())[-_CHECK_TAIL_CHARS:]
+    if text:
+        out.print("the DoD said:")
+        for line in text.splitlines()[-_CHECK_TAIL_LINES:]:
+            out.print(f"  {escape(line)}")
 
 
 def _report(out: Console, outcome: apply.ApplyOutcome) -> None:

@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 import code_runner.cli.render as render
-from code_runner import runner
+from code_runner import runner, workspace
 from code_runner.errors import SafetyViolation
-from code_runner.record import RecordPaths
+from code_runner.record import Reason, RecordPaths
 from code_runner.repo import snapshot
 from code_runner.task import load_spec
 
@@ -87,6 +87,8 @@ def run_command(
         )
     if result.passed:
         return 0
+    if result.reason is Reason.DOD_CANNOT_START:
+        return 3  # a preflight error: the DoD's environment, not the agent's work
     return 130 if result.interrupted else 1
 
 
@@ -116,6 +118,9 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
         "mode": "apply to source" if task.apply_to_source else "patch only",
         "warnings": list(pre.warnings),
         "sandbox": pre.sandbox.posture() if pre.sandbox else {"kind": "none", "mode": "off"},
+        "dod_environment": workspace.from_section(
+            Path(str(pre.source.work_tree)), task.env
+        ).describe(),
     }
     risks: list[str] = []
     if explain_risk:
@@ -154,6 +159,8 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
         out.print(f"  {key}: {plan[key]}")
     dod = task.definition_of_done
     out.print(f"  DoD: {dod.command!r} must satisfy {dod.assertion!r} within {dod.timeout_s:g} s")
+    for line in plan["dod_environment"]:
+        out.print(f"  DoD sees: {line}")
     for warning in pre.warnings:
         out.print(f"  [yellow]warning:[/] {warning}")
     for risk in risks:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from code_runner.errors import RecordError, UsageError
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import RunResult, load_result
 from code_runner.record.state import TERMINAL_STATES, RunState
-from code_runner.task import DefinitionOfDone
+from code_runner.task import DefinitionOfDone, DodEnv
 from code_runner.task.paths import Allowlist
 
 
@@ -42,6 +42,7 @@ class FinishedRun:
     dod: DefinitionOfDone
     rollback: bool
     patch: bytes
+    env: DodEnv = field(default_factory=DodEnv)  # the spec's env section
 
 
 def _incomplete(path: Path, what: str) -> RecordError:
@@ -129,6 +130,7 @@ def load(target: Path) -> FinishedRun:
         dod = DefinitionOfDone.model_validate(spec.get("definition_of_done"))
         allowlist = Allowlist.parse(list(spec.get("allowlist") or []))
         cwd = Path(str(spec["cwd"]))
+        env = DodEnv.model_validate(spec.get("env") or {})
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
         raise _incomplete(paths.output_dir, f"the request's spec is not usable ({exc})") from exc
     return FinishedRun(
@@ -141,6 +143,7 @@ def load(target: Path) -> FinishedRun:
         cwd=cwd,
         allowlist=allowlist,
         dod=dod,
+        env=env,
         rollback=spec.get("rollback_on_failure") is not False,
         patch=patch,
     )

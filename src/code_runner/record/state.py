@@ -98,6 +98,7 @@ class Reason(StrEnum):
     PATCH_INVALID = "patch_invalid"
     INTERRUPTED = "interrupted"
     WORKSPACE_ERROR = "workspace_error"
+    DOD_CANNOT_START = "dod_cannot_start"  # at base: no command, interpreter or package
     INTERNAL_ERROR = "internal_error"
     DISK_FULL = "disk_full"  # the record could not be written
     ABANDONED = "abandoned"

@@ -20,7 +20,7 @@ import psutil
 
 from code_runner import proc, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
-from code_runner.errors import CodeRunnerError, Interrupted
+from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
 from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
 from code_runner.sandbox import Session
@@ -63,6 +63,11 @@ class Best:
     round_index: int
     passed: bool = False
     changes: tuple[workspace.Change, ...] = ()
+
+
+class DodCannotStart(PreflightError):
+    """The DoD could not start at base: its command, interpreter or the project's own
+    package is missing. A preflight error (exit 3): no agent round can fix it."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,7 @@ class RoundLoop:
     best: Best | None = None
     violations: list[str] = field(default_factory=list)
     dropped: list[dict[str, object]] = field(default_factory=list)
+    verdicts: dict[str, verify.Verdict] = field(default_factory=dict)  # by tree
     last_response: str = ""  # the agent's final text of the last round (its RESULT block)
     # plan-item mode: round 0 never ends the run, a passing round needs no change, and the
     # audit and tools use `allowlist` (the plan keeps safe undeclared changes and judges them)
@@ -226,16 +232,32 @@ class RoundLoop:
 
     def _baseline(self) -> verify.Verdict:
         self.record.transition(RunState.BASELINE, step="round 0: is the DoD already satisfied?")
-        verdict = self._dod("round 0 (base)")
         base_tree = self.ws.current_tree
         assert base_tree is not None
+        verdict = self._dod("round 0 (base)", base_tree)
         score = verify.score(verdict) if not verdict.passed else 1.0
         self.best = Best(score=score, tree=base_tree, round_index=0, passed=verdict.passed)
         self.rounds.append({"round": 0, "verdict": verdict.to_dict(), "score": score})
         self.record.append_round(self.rounds[-1])
         if not verdict.passed:
             self.best.score = min(self.best.score, 0.0)  # the base itself is never "progress"
+            self._must_start(verdict)
         return verdict
+
+    def _must_start(self, verdict: verify.Verdict) -> None:
+        """A DoD that cannot even start at base ends the run before any agent round."""
+        if verdict.timed_out:
+            return
+        output = f"{verdict.stdout_tail}\n{verdict.stderr_tail}"
+        project = self.ws.project
+        names = workspace.project_packages(self.ws.work_tree, project)
+        problem = workspace.cannot_start(verdict.exit_code, output, names, project)
+        if problem is not None:
+            said = (verdict.stderr_tail.strip() or verdict.stdout_tail.strip())[-600:]
+            raise DodCannotStart(
+                f"{problem}; no agent round was run. The DoD said:\n{said}",
+                fix=workspace.START_FIX,
+            )
 
     # --- one round -------------------------------------------------------------------------
 
@@ -308,10 +330,10 @@ class RoundLoop:
         """The DoD on base + the allowed changes; keep the state if it is the best so far,
         else go back to the best. (the verdict, whether the round passed)"""
         self.record.transition(RunState.VERIFYING, step=f"round {index}: DoD")
-        verdict = self._dod(f"round {index}")
+        tree = self.ws.keep()  # the audited state, which the DoD is about
+        verdict = self._dod(f"round {index}", tree)
         passed = verdict.passed and (audit.changed_allowed or self.item_mode)
         score = 1.0 if passed else min(verify.score(verdict), 0.49)
-        tree = self.ws.keep()
         details.update(verdict=verdict.to_dict(), score=score, passed=passed)
         best = self.best
         assert best is not None
@@ -340,7 +362,25 @@ class RoundLoop:
             EventKind.ROUND_FINISHED, score=details.get("score"), passed=details.get("passed")
         )
 
-    def _dod(self, label: str) -> verify.Verdict:
+    def _dod(self, label: str, tree: str) -> verify.Verdict:
+        """The DoD's verdict on `tree`: run once per distinct tree, then reused (a round
+        that changed nothing, or went back to a state already judged, costs no DoD run)."""
+        seen = self.verdicts.get(tree)
+        if seen is not None:
+            self.record.emit(
+                EventKind.DOD_FINISHED,
+                label=label,
+                passed=seen.passed,
+                exit_code=seen.exit_code,
+                reason=seen.reason,
+                reused_for_tree=tree,
+            )
+            return seen
+        verdict = self._run_dod(label)
+        self.verdicts[tree] = verdict
+        return verdict
+
+    def _run_dod(self, label: str) -> verify.Verdict:
         dod = self.spec.definition_of_done
         remaining = max(1.0, self.deadline - time.monotonic())
         if remaining < dod.timeout_s:
@@ -376,6 +416,7 @@ class RoundLoop:
 
 __all__ = [
     "Best",
+    "DodCannotStart",
     "Ending",
     "Progress",
     "RoundLoop",

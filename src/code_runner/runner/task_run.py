@@ -33,7 +33,7 @@ from code_runner.record import (
 )
 from code_runner.repo import snapshot
 from code_runner.runner.preflight import Preflight, new_run_id
-from code_runner.runner.rounds import Ending, RoundLoop
+from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop
 from code_runner.sandbox import SandboxMode, Session, open_session
 from code_runner.task import contract, spec_to_request
 from code_runner.task.paths import Allowlist
@@ -124,6 +124,7 @@ class TaskRun:
             limits=spec.limits,
             cpu_s=spec.limits.cpu_s or max(1, round(spec.timeout_s + 0.5)),
             name=self.run_id,
+            keep_vars=ws.project.variable_names() if ws.project is not None else (),
         )
         self.sandbox.open()
 
@@ -208,7 +209,7 @@ class TaskRun:
                 patch=self.record.paths.patch.read_bytes(),
                 allowlist=spec.allowlist_policy,
                 dod=spec.definition_of_done,
-                env=ws.env(),
+                env=ws.source_env(),
                 record=self.record.paths,
                 commit=spec.commit_on_success,
                 rollback=spec.rollback_on_failure,
@@ -294,8 +295,13 @@ class TaskRun:
                     else Ending(ResultStatus.INTERRUPTED, Reason.INTERRUPTED, exc.message)
                 )
             except CodeRunnerError as exc:
-                full = isinstance(exc, DiskFull)
-                reason = Reason.DISK_FULL if full else Reason.WORKSPACE_ERROR
+                reason = (
+                    Reason.DISK_FULL
+                    if isinstance(exc, DiskFull)
+                    else Reason.DOD_CANNOT_START
+                    if isinstance(exc, DodCannotStart)
+                    else Reason.WORKSPACE_ERROR
+                )
                 self.ending = Ending(ResultStatus.ERROR, reason, exc.render())
                 record.emit(EventKind.ERROR, message=exc.render())
             except Exception as exc:
@@ -307,12 +313,29 @@ class TaskRun:
                 result = self._finish(pool, before_job.result(), started_at, t0)
         return result
 
+    def _project_env(self) -> workspace.ProjectEnv:
+        """The project's environment the spec's `env` section asks for; a named interpreter
+        that does not exist ends the run here, before any round."""
+        assert self.pre.source.work_tree is not None
+        found = workspace.from_section(self.pre.source.work_tree, self.spec.env)
+        if found.python is not None and not os.path.exists(found.python):
+            raise DodCannotStart(
+                f"the interpreter {found.python} (env.python) does not exist",
+                fix="create that environment, or set env.python to an interpreter that exists "
+                "(or to 'auto').",
+            )
+        return found
+
     def _work(self, source_before: Callable[[], snapshot.SourceSnapshot]) -> None:
         """Workspace, rounds, export, apply: the part a signal or an error may cut short."""
         record, spec = self.record, self.spec
         record.transition(RunState.PREPARING, step="create workspace")
         self.ws = workspace.create(
-            self.pre.source, self.pre.base, run_id=self.run_id, output_dir=spec.output_dir
+            self.pre.source,
+            self.pre.base,
+            run_id=self.run_id,
+            output_dir=spec.output_dir,
+            project=self._project_env(),
         )
         record.emit(EventKind.WORKSPACE_CREATED, path=str(self.ws.work_tree))
         self._write_run_info("running")

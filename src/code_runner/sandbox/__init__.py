@@ -29,8 +29,10 @@ def open_session(
     limits: ResourceLimits,
     cpu_s: int,
     name: str,
+    keep_vars: Sequence[str] = (),
 ) -> Session:
-    """A session for a run, using what the (cached) probe found to work here."""
+    """A session for a run, using what the (cached) probe found to work here; `keep_vars`
+    are variables beyond the allowlist that commands get (the ones a task spec sets)."""
     found = probe()
     if not found.ok or found.programs is None:
         raise RuntimeError("open_session needs a passing probe; call decide() first")
@@ -43,6 +45,7 @@ def open_session(
         cpu_s=cpu_s,
         cgroups=found.cgroups if found.cgroups_usable else None,
         name=name,
+        keep_vars=keep_vars,
     )
 
 

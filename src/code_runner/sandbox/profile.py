@@ -253,13 +253,16 @@ def _parents(dest: Path, tmpfs: Sequence[Path], made: set[PurePosixPath]) -> lis
     return args
 
 
-def sandbox_env(env: Mapping[str, str], work_tree: Path) -> tuple[tuple[str, str], ...]:
-    """The allowlisted part of `env`, with HOME/TMPDIR on the private tmpfs.
+def sandbox_env(
+    env: Mapping[str, str], work_tree: Path, keep: Iterable[str] = ()
+) -> tuple[tuple[str, str], ...]:
+    """The allowlisted part of `env` (and the names in `keep`: the variables a task spec
+    sets), with HOME/TMPDIR on the private tmpfs.
 
     Git inside refuses a work tree whose git dir another uid owns, so the one work tree is
     named as safe (command-line scope, which git honours; nothing else changes).
     """
-    kept = {name: env[name] for name in ENV_ALLOWLIST if name in env}
+    kept = {name: env[name] for name in (*ENV_ALLOWLIST, *keep) if name in env}
     kept.setdefault("PATH", SYSTEM_BIN_PATH)
     kept.update(
         {

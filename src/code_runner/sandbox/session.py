@@ -131,6 +131,7 @@ class Session:
         name: str,
         owner: SandboxUser | None = None,
         frozen: Sequence[Path] = (),
+        keep_vars: Sequence[str] = (),
     ) -> None:
         self.workspace = workspace
         self.programs = programs
@@ -145,7 +146,7 @@ class Session:
             self.identity: SandboxUser | None = None
         else:
             self.identity = owner or new_identity()
-        self._env = sandbox_env(env, workspace.work_tree)
+        self._env = sandbox_env(env, workspace.work_tree, keep_vars)
         self._cgroups = CgroupSet(cgroups, f"code-runner-{name}", limits) if cgroups else None
         self.cgroup_error: str | None = None
         self._masks = mounts.masked_dirs()

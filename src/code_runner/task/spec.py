@@ -32,6 +32,7 @@ from pydantic import (
 import code_runner.task.paths as paths
 from code_runner.problems import CONTROL_RE, Text, anchored_path, encodable, short
 from code_runner.sandbox import ResourceLimits, SandboxMode
+from code_runner.task.env import DodEnv
 from code_runner.verify.assertion import DefinitionOfDone
 
 MAX_RUN_TIMEOUT_S = 7 * 86_400.0
@@ -222,6 +223,11 @@ class TaskSpec(BaseModel):
         default=False,
         description="Let sandboxed commands use the network. Without the sandbox, commands "
         "are not kept off the network.",
+    )
+    env: DodEnv = Field(
+        default_factory=DodEnv,
+        description="What the DoD and commands run with: python (a path or 'auto'), "
+        "path_prepend (directories first on PATH), vars (a value '$NAME' takes the user's NAME).",
     )
     limits: ResourceLimits = Field(
         default_factory=ResourceLimits,

@@ -5,7 +5,8 @@
 `ws.export(tree)`, `ws.release()`. Below it, `layout.WorkspacePaths` names its parts;
 `audit` judges every change against git's path rules and the allowlist; `trees` keeps and
 restores states and exports the patch; `lease` guards the source and finds what dead runs
-left; `env` is the environment every command in the workspace gets.
+left; `env` is the environment every command in the workspace gets, and `python_env` the
+project's own environment in it (its editable install resolving to the work tree).
 """
 
 from code_runner.workspace.audit import (
@@ -31,6 +32,14 @@ from code_runner.workspace.lease import (
     read_lease,
     source_lock,
 )
+from code_runner.workspace.python_env import (
+    START_FIX,
+    ProjectEnv,
+    cannot_start,
+    discover,
+    from_section,
+    project_packages,
+)
 from code_runner.workspace.trees import (
     EMPTY_TREE,
     base_tree,
@@ -45,28 +54,34 @@ from code_runner.workspace.trees import (
 __all__ = [
     "EMPTY_TREE",
     "LOCK_TIMEOUT_S",
+    "START_FIX",
     "Audit",
     "Change",
     "ChangeKind",
     "ExportedPatch",
     "GitState",
     "Leftover",
+    "ProjectEnv",
     "Rejection",
     "Workspace",
     "WorkspacePaths",
     "audit",
     "base_tree",
+    "cannot_start",
     "command_env",
     "create",
     "current_tree",
+    "discover",
     "empty_scratch",
     "export_patch",
     "find_leftovers",
+    "from_section",
     "git_state",
     "lease_is_live",
     "materialize",
     "patch_applies_on_base",
     "process_start",
+    "project_packages",
     "read_changes",
     "read_lease",
     "restore_git_pointer",

@@ -23,6 +23,7 @@ from code_runner.workspace.audit import Audit, GitState, git_state, object_files
 from code_runner.workspace.audit import audit as audit_changes
 from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import source_lock, write_lease
+from code_runner.workspace.python_env import ProjectEnv, discover
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,15 @@ class Workspace:
     def env(self) -> dict[str, str]:
         """The environment for tool commands and the DoD in this workspace."""
         return self.paths.env()
+
+    def source_env(self) -> dict[str, str]:
+        """The same environment for a DoD run in the source (the apply step)."""
+        return self.paths.source_env()
+
+    @property
+    def project(self) -> ProjectEnv | None:
+        """The project's environment its commands get."""
+        return self.paths.project
 
     def empty_scratch(self) -> None:
         """Empty the commands' HOME and TMPDIR (before a DoD run without the sandbox)."""
@@ -136,14 +146,27 @@ class Workspace:
 
 
 def create(
-    source: git.Repo, base: str, *, run_id: str, output_dir: Path | None = None
+    source: git.Repo,
+    base: str,
+    *,
+    run_id: str,
+    output_dir: Path | None = None,
+    project: ProjectEnv | None = None,
 ) -> Workspace:
-    """Make a disposable checkout of `source` at `base`. The source is only read."""
+    """Make a disposable checkout of `source` at `base`. The source is only read.
+
+    Its commands get the project's environment (`project`, or the one `discover` finds)."""
     assert source.work_tree is not None
     root = dirs.workspaces_dir() / run_id
     root.mkdir(parents=True, exist_ok=False)
     try:
-        paths = WorkspacePaths(run_id=run_id, root=root, source_dir=source.work_tree, base=base)
+        paths = WorkspacePaths(
+            run_id=run_id,
+            root=root,
+            source_dir=source.work_tree,
+            base=base,
+            project=project if project is not None else discover(source.work_tree),
+        )
         write_lease(root, run_id, source.work_tree, output_dir)
         paths.home_dir.mkdir()
         paths.tmp_dir.mkdir()

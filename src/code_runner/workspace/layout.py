@@ -3,11 +3,12 @@ operations work on, below the `Workspace` object that owns the live state."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from code_runner.repo import git
 from code_runner.workspace.env import command_env, empty_scratch
+from code_runner.workspace.python_env import SHIM_DIR_NAME, ProjectEnv
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class WorkspacePaths:
     root: Path
     source_dir: Path
     base: str
+    project: ProjectEnv | None = field(default=None, compare=False)
 
     @property
     def work_tree(self) -> Path:
@@ -39,8 +41,17 @@ class WorkspacePaths:
         return git.Repo(git_dir=self.git_dir, work_tree=self.work_tree)
 
     def env(self) -> dict[str, str]:
-        """The environment for tool commands and the DoD in this workspace."""
-        return command_env(run_id=self.run_id, home_dir=self.home_dir, tmp_dir=self.tmp_dir)
+        """The environment for tool commands and the DoD in this workspace: the project's
+        environment, with its editable install resolving to this work tree."""
+        env = command_env(run_id=self.run_id, home_dir=self.home_dir, tmp_dir=self.tmp_dir)
+        if self.project is None:
+            return env
+        return self.project.overlay(env, self.work_tree, self.git_dir / SHIM_DIR_NAME)
+
+    def source_env(self) -> dict[str, str]:
+        """The same environment for a DoD run in the source itself (the apply step)."""
+        env = command_env(run_id=self.run_id, home_dir=self.home_dir, tmp_dir=self.tmp_dir)
+        return env if self.project is None else self.project.overlay(env)
 
     def empty_scratch(self) -> None:
         """Empty the commands' HOME and TMPDIR (before a DoD run without the sandbox)."""

@@ -1,0 +1,196 @@
+"""The DoD runs the workspace's code with the project's own environment.
+
+Real projects, real virtualenvs and real editable installs (three forms, src and flat
+layouts), through real `code-runner run`, `apply --check` and `apply`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from code_runner.workspace.python_env import discover
+from tests.helpers.git import git, make_repo
+from tests.helpers.projects import (
+    DOD,
+    FIXED,
+    WRONG,
+    editable_project,
+    make_venv,
+    module_path,
+)
+from tests.helpers.tasks import load_result, run_cli, write, write_task
+
+pytestmark = pytest.mark.integration
+
+FORMS = [("src", "pth"), ("flat", "finder"), ("src", "egg-link"), ("flat", "egg-link")]
+
+
+def _task(root: Path, source: Path, layout: str, rounds: list[Any], **extra: Any) -> Path:
+    return write_task(
+        root,
+        source,
+        rounds,
+        allowlist=[module_path(layout)],
+        command=DOD,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize(("layout", "form"), FORMS)
+def test_the_editable_install_is_found_in_its_form(
+    tmp_path: Path, tools_dir: Path | None, layout: str, form: str
+) -> None:
+    source = editable_project(tmp_path, layout=layout, form=form, tools_dir=tools_dir)
+    found = discover(source, environ={})
+    assert found.origin == ".venv"
+    assert form in [e.form for e in found.editable]
+    assert any(line.startswith("project import: editable install") for line in found.describe())
+
+
+@pytest.mark.parametrize(("layout", "form"), FORMS)
+def test_a_correct_patch_passes_and_applies(
+    tmp_path: Path, tools_dir: Path | None, layout: str, form: str
+) -> None:
+    source = editable_project(tmp_path, layout=layout, form=form, tools_dir=tools_dir)
+    spec = _task(tmp_path, source, layout, [[write(module_path(layout), FIXED)]], sandbox="off")
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_result(tmp_path / "out")["status"] == "passed"
+    check = run_cli("apply", "--check", str(tmp_path / "out"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "would pass" in check.stdout
+    applied = run_cli("apply", str(tmp_path / "out"))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (source / module_path(layout)).read_text() == FIXED
+
+
+@pytest.mark.parametrize(("layout", "form"), FORMS)
+def test_an_uncommitted_source_change_is_never_seen(
+    tmp_path: Path, tools_dir: Path | None, layout: str, form: str
+) -> None:
+    source = editable_project(tmp_path, layout=layout, form=form, tools_dir=tools_dir)
+    (source / module_path(layout)).write_text(FIXED)  # the fix, uncommitted, in the source
+    spec = _task(tmp_path, source, layout, [[]], sandbox="off")
+    done = run_cli("run", str(spec))
+    result = load_result(tmp_path / "out")
+    assert done.returncode != 0, done.stdout
+    assert result["status"] != "already_satisfied"
+    assert result["status"] == "failed", result
+
+
+@pytest.mark.parametrize(("layout", "form"), FORMS[:2])
+def test_a_wrong_patch_fails_and_check_shows_the_dods_words(
+    tmp_path: Path, tools_dir: Path | None, layout: str, form: str
+) -> None:
+    source = editable_project(tmp_path, layout=layout, form=form, tools_dir=tools_dir)
+    (source / module_path(layout)).write_text(FIXED)
+    spec = _task(tmp_path, source, layout, [[write(module_path(layout), WRONG)]], sandbox="off")
+    done = run_cli("run", str(spec))
+    assert done.returncode != 0
+    assert load_result(tmp_path / "out")["status"] == "failed"
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_an_environment_outside_the_repo_works(
+    tmp_path: Path, tools_dir: Path | None, sandbox: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = tmp_path / "envs" / "tinypkg"
+    source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir, env_at=env)
+    monkeypatch.setenv("VIRTUAL_ENV", str(env))
+    (source / module_path("src")).write_text(WRONG)  # never seen
+    spec = _task(tmp_path, source, "src", [[write(module_path("src"), FIXED)]], sandbox=sandbox)
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_result(tmp_path / "out")["status"] == "passed"
+
+
+def test_check_shows_the_dods_own_error_text(tmp_path: Path, tools_dir: Path | None) -> None:
+    source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir)
+    spec = _task(tmp_path, source, "src", [[write(module_path("src"), FIXED)]], sandbox="off")
+    assert run_cli("run", str(spec)).returncode == 0
+    # HEAD moves on: the test now wants 5, so the patch would no longer pass
+    (source / "test_value.py").write_text(
+        "from tinypkg import value\n\n\ndef test_value():\n    assert value() == 5\n"
+    )
+    git(source, "commit", "-qam", "want 5")
+    check = run_cli("apply", "--check", str(tmp_path / "out"))
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "would fail" in check.stdout
+    assert "the DoD said:" in check.stdout
+    assert "assert 2 == 5" in check.stdout
+
+
+def test_a_venv_dir_named_venv_is_found(tmp_path: Path, tools_dir: Path | None) -> None:
+    source = tmp_path / "p"
+    source.mkdir()
+    make_venv(source / "venv", None)
+    found = discover(source, environ={"VIRTUAL_ENV": "/nonexistent"})
+    assert found.origin == "venv"
+    assert found.python == source / "venv" / "bin" / "python"
+
+
+@pytest.mark.parametrize(("layout", "form"), FORMS)
+def test_under_the_sandbox_the_workspace_is_imported(
+    tmp_path: Path, tools_dir: Path | None, layout: str, form: str
+) -> None:
+    source = editable_project(tmp_path, layout=layout, form=form, tools_dir=tools_dir)
+    (source / module_path(layout)).write_text(WRONG)  # uncommitted: never seen
+    rounds = [[], [write(module_path(layout), FIXED)]]
+    done = run_cli("run", str(_task(tmp_path, source, layout, rounds, sandbox="auto")))
+    result = load_result(tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert result["status"] == "passed"
+    assert result["rounds"] == 2  # round 1 (no change) failed: the source's copy was not seen
+    assert result["sandbox"]["kind"] == "bwrap"
+
+
+def test_dry_run_shows_what_the_dod_will_see(tmp_path: Path, tools_dir: Path | None) -> None:
+    source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir)
+    spec = _task(tmp_path, source, "src", [[]], sandbox="off")
+    done = run_cli("dry-run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"DoD sees: interpreter: {source / '.venv' / 'bin' / 'python'}" in done.stdout
+    assert f"DoD sees: environment: {source / '.venv'} (.venv)" in done.stdout
+    assert "DoD sees: project import: editable install (pth" in done.stdout
+    assert "mapped to the workspace" in done.stdout
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_node_modules_tools_reach_the_dod(tmp_path: Path, sandbox: str) -> None:
+    source = make_repo(
+        tmp_path / "source",
+        {"calc.py": "x = 1\n", ".gitignore": "node_modules/\n"},
+    )
+    tool = source / "node_modules" / ".bin" / "check-x"
+    tool.parent.mkdir(parents=True)
+    tool.write_text('#!/bin/sh\ngrep -q "x = 2" calc.py && test -n "$NODE_PATH"\n')
+    tool.chmod(0o755)
+    spec = write_task(
+        tmp_path,
+        source,
+        [[write("calc.py", "x = 2\n")]],
+        command="check-x",
+        sandbox=sandbox,
+    )
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_result(tmp_path / "out")["status"] == "passed"
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_a_venv_dir_in_the_repo_works_in_run_and_check(
+    tmp_path: Path, tools_dir: Path | None, sandbox: str
+) -> None:
+    venv = tmp_path / "source" / "venv"
+    source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir, env_at=venv)
+    (source / module_path("src")).write_text(WRONG)  # uncommitted: never seen
+    spec = _task(tmp_path, source, "src", [[write(module_path("src"), FIXED)]], sandbox=sandbox)
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    git(source, "checkout", "--", module_path("src"))  # apply refuses an overlapping change
+    check = run_cli("apply", "--check", str(tmp_path / "out"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "would pass" in check.stdout
