@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import code_runner.proc.tracking as tracking
 from code_runner.proc.process import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -22,7 +23,7 @@ from code_runner.proc.process import (
     ProcResult,
     spawn,
 )
-from code_runner.proc.tree import DEFAULT_GRACE_S, signal_group
+from code_runner.proc.tree import DEFAULT_GRACE_S, RUN_ID_ENV, signal_group
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,17 @@ def capture(
     timeout_s: float,
     input_bytes: bytes | None = None,
 ) -> Captured:
-    """Run a short plumbing command and keep its output in memory (git and friends)."""
+    """Run a short plumbing command and keep its output in memory (git and friends).
+
+    A run's plumbing (`RUN_ID_ENV` in `env`) joins the run's shared cgroup leaf: a daemon
+    it starts on purpose (a tmux server) outlives the call, but not the run's `gc`.
+    """
     args = tuple(argv)
+    run_id = env.get(RUN_ID_ENV)
+    prefix = tracking.join_argv(run_id, tracking.SHARED_LEAF)[0] if run_id else []
     try:
         popen = subprocess.Popen(
-            args,
+            (*prefix, *args),
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
