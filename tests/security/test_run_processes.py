@@ -6,7 +6,9 @@ environment through /proc when the sandbox is off."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 
 from code_runner import sandbox
 from code_runner.proc import tracking
+from code_runner.runner import gc
 from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
 from tests.helpers.git import git
 from tests.helpers.tasks import FIXED_BOTH, PY, calc_repo, fingerprint, write_task
@@ -159,3 +162,21 @@ def test_a_same_user_child_cannot_read_the_runner_environment(nobody: Nobody) ->
     patch = nobody.patch()
     held("the child found the runner's environ unreadable", "+0\n" in patch, patch)
     held("the secret is nowhere in the record", secret not in patch)
+
+
+def test_gc_removes_the_scratch_of_a_dead_runner_and_keeps_a_live_ones(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    temp = Path(tempfile.gettempdir())
+    stale = temp / f"code-runner-proc-{dead.pid}-x{os.getpid()}"
+    live = temp / f"code-runner-proc-{os.getpid()}-y{os.getpid()}"
+    for path in (stale, live):
+        path.mkdir()
+        (path / "stdout").write_text("output\n")
+    try:
+        removed = gc.collect()
+        held("a dead runner's scratch is removed", not stale.exists(), removed)
+        held("a live runner's scratch is kept", (live / "stdout").read_text() == "output\n")
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)

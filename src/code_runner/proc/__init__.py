@@ -22,7 +22,7 @@ from code_runner.proc.process import (
     signal_of,
     spawn,
 )
-from code_runner.proc.run import Captured, capture, run, shell_argv
+from code_runner.proc.run import Captured, capture, run, shell_argv, stale_scratch
 from code_runner.proc.signals import signals_as_interrupt, signals_deferred
 from code_runner.proc.tracking import describe as describe_tracking
 from code_runner.proc.tracking import leftover_groups, members, remove_group
@@ -63,4 +63,5 @@ __all__ = [
     "signals_as_interrupt",
     "signals_deferred",
     "spawn",
+    "stale_scratch",
 ]

@@ -25,6 +25,19 @@ from code_runner.proc.process import (
 )
 from code_runner.proc.tree import DEFAULT_GRACE_S, RUN_ID_ENV, signal_group
 
+SCRATCH_PREFIX = "code-runner-proc-"  # + owner pid + "-": `stale_scratch` finds a dead one's
+
+
+def stale_scratch() -> list[Path]:
+    """Per-command scratch dirs in the system temp dir whose owner pid is gone (SIGKILLed)."""
+    found: list[Path] = []
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and path.is_dir():
+            found.append(path)
+    return found
+
 
 @dataclass(frozen=True)
 class Captured:
@@ -67,7 +80,7 @@ def run(
     """
     scratch: str | None = None
     if stdout_path is None or stderr_path is None:
-        scratch = tempfile.mkdtemp(prefix="code-runner-proc-")
+        scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     out_path = stdout_path or Path(scratch or ".") / "stdout"
     err_path = stderr_path or Path(scratch or ".") / "stderr"
     started = time.monotonic()

@@ -13,7 +13,13 @@ from pathlib import Path
 import code_runner.runner.leases as run_leases
 from code_runner import apply, dirs, files, workspace
 from code_runner.errors import RecordError
-from code_runner.proc import kill_run_processes, leftover_groups, members, remove_group
+from code_runner.proc import (
+    kill_run_processes,
+    leftover_groups,
+    members,
+    remove_group,
+    stale_scratch,
+)
 from code_runner.record import RecordPaths, RunRecord
 from code_runner.sandbox.cgroups import remove_leftovers
 
@@ -73,6 +79,10 @@ def _collect_orphan_groups(*, dry_run: bool, done: set[str]) -> list[Removed]:
     Only empty ones: the hierarchy is the machine's, and a group with processes may belong
     to a live run of another state dir; a dead run of ours was emptied above, by its id."""
     removed: list[Removed] = []
+    for scratch in stale_scratch():  # a SIGKILLed runner's per-command output files
+        if not dry_run:
+            files.force_rmtree(scratch)
+        removed.append(Removed(str(scratch), "", "scratch of a dead runner", None))
     for run_id, group in leftover_groups():
         if run_id in done or members(group):
             continue
