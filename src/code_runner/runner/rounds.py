@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from code_runner import verify, workspace
+from code_runner import proc, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
 from code_runner.errors import CodeRunnerError, Interrupted
 from code_runner.events import EventKind
@@ -89,12 +89,13 @@ def ending(seen: Progress) -> Ending | None:
     """How the run ends, given what the loop saw; None while it goes on."""
     if seen.base_passed:
         return Ending(ResultStatus.ALREADY_SATISFIED, Reason.ALREADY_SATISFIED)
-    decided = _round_ending(seen.last) if seen.last is not None else None
-    if decided is not None:
-        return decided
-    if seen.out_of_time:
+    last = seen.last
+    if seen.out_of_time and not (last is not None and (last.violations or last.passed)):
         error = f"the run exceeded its timeout of {seen.timeout_s:g} s"
         return Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, error)
+    decided = _round_ending(last) if last is not None else None
+    if decided is not None:
+        return decided
     if seen.rounds_left:
         return None
     if seen.best_round == 0 and not seen.changed:
@@ -144,6 +145,7 @@ class RoundLoop:
             env=self.ws.env(),
             events=self.record,
             wrap_argv=self.sandbox.wrap if self.sandbox else None,
+            deadline=self.deadline,
         )
         previous = self._baseline()
         seen = Progress(base_passed=previous.passed, timeout_s=self.spec.timeout_s)
@@ -172,6 +174,7 @@ class RoundLoop:
             best_round=self.best.round_index,
             changed=seen.changed or last.changed,
             timeout_s=seen.timeout_s,
+            out_of_time=time.monotonic() >= self.deadline,
         )
 
     # --- round 0 ---------------------------------------------------------------------------
@@ -291,21 +294,26 @@ class RoundLoop:
         )
 
     def _dod(self, label: str) -> verify.Verdict:
+        """The DoD in the workspace, its timeout clipped to the time the run has left."""
         dod = self.spec.definition_of_done
-        remaining = max(1.0, self.deadline - time.monotonic())
-        if remaining < dod.timeout_s:
-            dod = dod.model_copy(update={"timeout_s": remaining})
-        self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
-        if self.sandbox is None:
-            self.ws.empty_scratch()
-        verdict = verify.run_dod(
-            dod,
-            cwd=self.ws.work_tree,
-            env=self.ws.env(),
-            log_path=self.record.paths.verifier_log,
-            label=label,
-            wrap_argv=self.sandbox.wrap if self.sandbox else None,
-        )
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            why = f"not run: the run's timeout of {self.spec.timeout_s:g} s had passed"
+            verdict = _not_run(dod.assertion, why)
+        else:
+            if remaining < dod.timeout_s:
+                dod = dod.model_copy(update={"timeout_s": remaining})
+            self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
+            if self.sandbox is None:
+                self.ws.empty_scratch()
+            verdict = verify.run_dod(
+                dod,
+                cwd=self.ws.work_tree,
+                env=self.ws.env(),
+                log_path=self.record.paths.verifier_log,
+                label=label,
+                wrap_argv=self.sandbox.wrap if self.sandbox else None,
+            )
         self.record.emit(
             EventKind.DOD_FINISHED,
             label=label,
@@ -318,6 +326,20 @@ class RoundLoop:
     def _hand_over(self) -> None:
         if self.sandbox is not None:
             self.sandbox.hand_over()
+
+
+def _not_run(assertion: str, reason: str) -> verify.Verdict:
+    """The verdict of a DoD that was not started: failed, as if killed at once."""
+    return verify.Verdict(
+        passed=False,
+        reason=reason,
+        assertion=assertion,
+        exit_code=proc.TIMEOUT_EXIT_CODE,
+        timed_out=True,
+        duration_s=0.0,
+        stdout_tail="",
+        stderr_tail="",
+    )
 
 
 __all__ = ["Best", "Ending", "Progress", "RoundLoop", "RoundResult", "ending"]

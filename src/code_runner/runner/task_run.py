@@ -169,6 +169,14 @@ class TaskRun:
 
     def _apply(self, ws: workspace.Workspace, before: snapshot.SourceSnapshot) -> None:
         spec = self.spec
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            error = f"not applied: the run's timeout of {spec.timeout_s:g} s had passed"
+            self.ending = Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, error)
+            return
+        dod = spec.definition_of_done
+        if left < dod.timeout_s:  # the source DoD gets the time the run has left
+            dod = dod.model_copy(update={"timeout_s": left})
         self.record.transition(RunState.APPLYING, step="apply to source")
         outcome = self.applied = apply.apply_patch(
             apply.ApplyRequest(
@@ -179,7 +187,7 @@ class TaskRun:
                 base=self.pre.base,
                 patch=self.record.paths.patch.read_bytes(),
                 allowlist=spec.allowlist_policy,
-                dod=spec.definition_of_done,
+                dod=dod,
                 env=ws.env(),
                 record=self.record.paths,
                 commit=spec.commit_on_success,

@@ -41,12 +41,20 @@ class Toolbox:
         events: EventSink,
         limits: ToolLimits = DEFAULT_LIMITS,
         wrap_argv: ArgvWrapper | None = None,
+        deadline: float | None = None,
     ) -> None:
+        """`deadline` (a `time.monotonic()` value) is when the run's time is up: every
+        command's timeout is clipped to the time left, and none starts after it."""
         workspace = Path(workspace_dir)
         self._events = events
         files = FileTools(workspace, allowlist=allowlist, limits=limits)
         commands = CommandTools(
-            workspace, source_dir=Path(source_dir), env=env, limits=limits, wrap_argv=wrap_argv
+            workspace,
+            source_dir=Path(source_dir),
+            env=env,
+            limits=limits,
+            wrap_argv=wrap_argv,
+            deadline=deadline,
         )
         functions = (
             files.read_file,
