@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,20 @@ def _disk_full_is_typed(path: Path) -> Iterator[None]:
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
     """Replace `path` with `data` atomically. `durable=False` skips the fsync: the file
     is still never torn for a reader or after a process crash, only after power loss."""
+    atomic_write_chunks(path, (data,), mode=mode, durable=durable)
+
+
+def atomic_write_chunks(
+    path: Path, chunks: Iterable[bytes], *, mode: int = 0o644, durable: bool = True
+) -> None:
+    """`atomic_write_bytes` for content that comes in pieces (a large file, streamed)."""
     with _disk_full_is_typed(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for chunk in chunks:
+                    f.write(chunk)
                 f.flush()
                 if durable:
                     os.fsync(f.fileno())
@@ -51,6 +59,13 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644, durable: b
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+
+def read_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    """The bytes of `path` in pieces of at most `size`, never all at once."""
+    with path.open("rb") as f:
+        while chunk := f.read(size):
+            yield chunk
 
 
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import code_runner.proc.tracking as tracking
 from code_runner.proc.process import (
@@ -128,8 +129,13 @@ def capture(
     env: Mapping[str, str],
     timeout_s: float,
     input_bytes: bytes | None = None,
+    stdin_file: IO[bytes] | None = None,
+    stdout_file: IO[bytes] | None = None,
 ) -> Captured:
     """Run a short plumbing command and keep its output in memory (git and friends).
+
+    A large input or output streams instead: `stdin_file` is read by the command and
+    `stdout_file` written by it (then `Captured.stdout` is empty); stderr is always kept.
 
     A run's plumbing (`RUN_ID_ENV` in `env`) joins the run's shared cgroup leaf: a daemon
     it starts on purpose (a tmux server) outlives the call, but not the run's `gc`.
@@ -142,8 +148,14 @@ def capture(
             (*prefix, *args),
             cwd=cwd,
             env=dict(env),
-            stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            stdin=(
+                stdin_file
+                if stdin_file is not None
+                else subprocess.PIPE
+                if input_bytes is not None
+                else subprocess.DEVNULL
+            ),
+            stdout=stdout_file if stdout_file is not None else subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
@@ -155,5 +167,5 @@ def capture(
     except subprocess.TimeoutExpired:
         signal_group(popen.pid, signal.SIGKILL)
         out, err = popen.communicate()
-        return Captured(args, TIMEOUT_EXIT_CODE, out, err, timed_out=True)
-    return Captured(args, popen.returncode, out, err)
+        return Captured(args, TIMEOUT_EXIT_CODE, out or b"", err, timed_out=True)
+    return Captured(args, popen.returncode, out or b"", err)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from code_runner import files
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,20 @@ class RecordPaths:
     def transcript(self) -> Path:
         """Every model request and response of the run (model backends only)."""
         return self.file("transcript.jsonl")
+
+
+def hunk_chunks(task_id: str, title: str, review: Path) -> Iterator[bytes]:
+    """`hunk_markdown` for a review in a file, in pieces: the file is never read whole."""
+    yield f"# {task_id}: {title}\n\n```diff\n".encode()
+    last = b""
+    for chunk in files.read_chunks(review):
+        last = chunk
+        yield chunk
+    if not last:
+        yield b"(no changes)\n"
+    elif not last.endswith(b"\n"):
+        yield b"\n"
+    yield b"```\n"
 
 
 def hunk_markdown(task_id: str, title: str, review: str) -> str:

@@ -197,13 +197,30 @@ def _diff_stat(review: str) -> str:
     return "\n".join(stat)
 
 
+_STAT_MAX_BYTES = 1 << 20
+
+
+def _review_head(hunk: Path) -> str:
+    """The review page's diff up to its first file diff (its `--stat`), read line by line:
+    the page itself may be as large as the patch."""
+    kept: list[str] = []
+    size = 0
+    try:
+        with hunk.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if (kept and line.startswith("diff --git")) or size > _STAT_MAX_BYTES:
+                    break
+                if kept or line.startswith("```diff"):
+                    kept.append(line)
+                    size += len(line)
+    except OSError:
+        return ""
+    return "".join(kept[1:])
+
+
 def write_reports(paths: RecordPaths, result: RunResult, spec: TaskSpec) -> None:
     """result.md and eval.md from the finished result (and the hunk file's diff stat)."""
-    try:
-        hunk = paths.hunk.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        hunk = ""
-    review = hunk.split("```diff\n", 1)[1] if "```diff\n" in hunk else ""
+    review = _review_head(paths.hunk)
     files.atomic_write_text(paths.result_md, result_markdown(result), durable=False)
     files.atomic_write_text(paths.eval_md, eval_markdown(result, spec, review), durable=False)
 

@@ -15,14 +15,14 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from code_runner import clock, files
 from code_runner.errors import CodeRunnerError, IllegalTransition, RecordError
 from code_runner.events import EventKind
-from code_runner.record.paths import RecordPaths
+from code_runner.record.paths import RecordPaths, hunk_chunks
 from code_runner.record.result import RunResult
 from code_runner.record.state import TERMINAL_STATES, TRANSITIONS, Reason, ResultStatus, RunState
 
@@ -247,6 +247,21 @@ class RunRecord:
         files.atomic_write_bytes(self.paths.patch, patch)
         files.atomic_write_text(self.paths.hunk, review)
         return hashlib.sha256(patch).hexdigest()
+
+    def copy_patch(self, patch: Path, review: Path, *, title: str) -> tuple[str, int]:
+        """The patch and its review page from files, streamed: (sha256, size) of the patch."""
+        digest, size = hashlib.sha256(), 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal size
+            for chunk in files.read_chunks(patch):
+                digest.update(chunk)
+                size += len(chunk)
+                yield chunk
+
+        files.atomic_write_chunks(self.paths.patch, counted())
+        files.atomic_write_chunks(self.paths.hunk, hunk_chunks(self.paths.task_id, title, review))
+        return digest.hexdigest(), size
 
     def write_result(self, result: RunResult) -> None:
         files.atomic_write_json(self.paths.result, result.to_json())

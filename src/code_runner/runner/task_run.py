@@ -28,7 +28,6 @@ from code_runner.record import (
     RunRecord,
     RunResult,
     RunState,
-    hunk_markdown,
     views,
 )
 from code_runner.repo import snapshot
@@ -139,21 +138,21 @@ class TaskRun:
         best = self.loop.best if self.loop else None
         assert best is not None
         exported = ws.export(best.tree)
-        digest = self.record.write_patch(
-            exported.patch, hunk_markdown(self.spec.task_id, self.spec.title, exported.review)
+        digest, size = self.record.copy_patch(
+            exported.patch_path, exported.review_path, title=self.spec.title
         )
         changed = [c.to_dict() for c in best.changes]
         self.patch_info = {
             "patch_artifact": str(self.record.paths.patch),
             "patch_sha256": digest,
-            "patch_bytes": len(exported.patch),
+            "patch_bytes": size,
             "patch_applies_on_base": exported.applies_on_base,
             "changed_files": changed,
             "best_round": best.round_index,
         }
         self.record.emit(
             EventKind.PATCH_EXPORTED,
-            bytes=len(exported.patch),
+            bytes=size,
             sha256=digest,
             applies=exported.applies_on_base,
             files=[c["path"] for c in changed],

@@ -26,13 +26,22 @@ from code_runner.workspace.lease import source_lock, write_lease
 
 @dataclass(frozen=True)
 class ExportedPatch:
-    """The kept tree's changes against base: the patch, its review text, and whether it
-    applies to a clean base (`detail` says why not)."""
+    """The kept tree's changes against base: the patch and its review text as files in the
+    workspace (gone with it; never read whole by the runner), and whether the patch applies
+    to a clean base (`detail` says why not)."""
 
-    patch: bytes
-    review: str
+    patch_path: Path
+    review_path: Path
     applies_on_base: bool
     detail: str
+
+    @property
+    def patch(self) -> bytes:
+        return self.patch_path.read_bytes()
+
+    @property
+    def review(self) -> str:
+        return self.review_path.read_text("utf-8", "replace")
 
 
 class Workspace:
@@ -109,9 +118,11 @@ class Workspace:
         another), with its review text, checked to apply on a clean base."""
         if self._tree != tree:
             self.restore(tree)
-        patch = trees.export_patch(self.paths)
+        patch, review = self.paths.root / "export.patch", self.paths.root / "export.review"
+        trees.export_patch(self.paths, patch)
+        trees.review_diff(self.paths, review)
         applies, detail = trees.patch_applies_on_base(self.paths, patch)
-        return ExportedPatch(patch, trees.review_diff(self.paths), applies, detail)
+        return ExportedPatch(patch, review, applies, detail)
 
     def release(self) -> bool:
         """Remove the workspace and its git dir. True when nothing is left."""
