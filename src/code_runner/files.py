@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -72,9 +73,36 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"), durable=durable)
 
 
+# A file name that is not UTF-8 is a str with lone surrogates (`os.fsdecode`). Written raw
+# they would make the file invalid UTF-8, and as JSON escapes no strict JSON reader (pydantic's
+# included) accepts them; so each is written as the text git and Python show such a byte as:
+# `\xff` for the byte 0xff (any other lone surrogate as `\udXXX`). Every JSON file written
+# here is valid UTF-8 and reads back as the same text, whatever names it holds.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\\\u{code:04x}"
+
+
+def _escape_surrogates(text: str) -> str:
+    return _SURROGATE.sub(_shown, text)
+
+
+def shown_name(name: str) -> str:
+    """`name` as a record holds it: a byte that is not UTF-8 shown as `\\xff`."""
+    if not _SURROGATE.search(name):
+        return name
+    shown = json.loads(_escape_surrogates(json.dumps(name, ensure_ascii=False)))
+    assert isinstance(shown, str)
+    return shown
+
+
 def dumps(data: Any) -> str:
-    """Stable JSON: sorted keys, so equal records are equal bytes."""
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    """Stable JSON: sorted keys, so equal records are equal bytes; always valid UTF-8."""
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return _escape_surrogates(text) + "\n"
 
 
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
@@ -82,7 +110,8 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
 
 
 def append_jsonl(path: Path, data: Any) -> None:
-    line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    line = _escape_surrogates(json.dumps(data, sort_keys=True, ensure_ascii=False, default=str))
+    line += "\n"
     with _disk_full_is_typed(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
