@@ -99,6 +99,25 @@ def shown_name(name: str) -> str:
     return shown
 
 
+# What a terminal or a text viewer would act on instead of showing: C0 controls but tab and
+# newline (ESC starts every terminal escape), DEL, C1 controls (0x9b is a one-byte CSI), the
+# bidirectional overrides, and the lone surrogates of names that are not UTF-8.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` safe to write into a file a person reads or `cat`s: every control character
+    but tab and newline, and every lone surrogate, written as its escape (ESC as `\\x1b`)."""
+    return _UNPRINTABLE.sub(_visible, text.replace("\r\n", "\n"))
+
+
 def dumps(data: Any) -> str:
     """Stable JSON: sorted keys, so equal records are equal bytes; always valid UTF-8."""
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str)

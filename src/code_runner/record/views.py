@@ -221,8 +221,11 @@ def _review_head(hunk: Path) -> str:
 def write_reports(paths: RecordPaths, result: RunResult, spec: TaskSpec) -> None:
     """result.md and eval.md from the finished result (and the hunk file's diff stat)."""
     review = _review_head(paths.hunk)
-    files.atomic_write_text(paths.result_md, result_markdown(result), durable=False)
-    files.atomic_write_text(paths.eval_md, eval_markdown(result, spec, review), durable=False)
+    # agent text is in both (its claim, its errors, file names): never terminal escapes
+    result_md = files.printable(result_markdown(result))
+    files.atomic_write_text(paths.result_md, result_md, durable=False)
+    eval_md = files.printable(eval_markdown(result, spec, review))
+    files.atomic_write_text(paths.eval_md, eval_md, durable=False)
 
 
 __all__ = [

@@ -240,7 +240,8 @@ class RunRecord:
         previous = ""
         if self.paths.response.exists():
             previous = self.paths.response.read_text(errors="replace")
-        block = f"## round {round_index}\n{text.rstrip()}\n\n" if text.strip() else ""
+        shown = files.printable(text.rstrip())  # the agent's text, without terminal escapes
+        block = f"## round {round_index}\n{shown}\n\n" if text.strip() else ""
         files.atomic_write_text(self.paths.response, previous + block, durable=False)
 
     def write_patch(self, patch: bytes, review: str) -> str:
