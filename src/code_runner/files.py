@@ -205,6 +205,30 @@ def walk(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
         stack.extend(os.path.join(here, name) for name in reversed(dirnames))
 
 
+def disk_usage(top: Path) -> int:
+    """Bytes the files under `top` take on disk (allocated blocks; each inode once, symlinks
+    not followed): what a run has written there, sparse files and hard links included."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    stack = [str(top)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total
+
+
 def force_rmtree(path: Path) -> None:
     """rmtree that also removes what an agent made unwritable. Never follows symlinks."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from code_runner import proc, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
-from code_runner.errors import CodeRunnerError, Interrupted
+from code_runner.errors import CodeRunnerError, DiskBudgetExceeded, Interrupted
 from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
 from code_runner.sandbox import Session
@@ -146,7 +146,15 @@ class RoundLoop:
             events=self.record,
             wrap_argv=self.sandbox.wrap if self.sandbox else None,
             deadline=self.deadline,
+            after_call=self._check_disk,
         )
+        try:
+            return self._rounds(toolbox)
+        except DiskBudgetExceeded as exc:
+            self.record.emit(EventKind.ERROR, message=exc.render())
+            return Ending(ResultStatus.FAILED, Reason.DISK_BUDGET, exc.render())
+
+    def _rounds(self, toolbox: Toolbox) -> Ending:
         previous = self._baseline()
         seen = Progress(base_passed=previous.passed, timeout_s=self.spec.timeout_s)
         for index in range(1, self.spec.max_rounds + 1):
@@ -198,6 +206,7 @@ class RoundLoop:
         started = time.monotonic()
         outcome = self._agent(index, toolbox, previous)
         self.check_stop()
+        self._check_disk()  # an agent CLI writes without the toolbox
         self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
         audit = self.ws.audit(self.spec.allowlist_policy)
         self._hand_over()  # files the audit restored are root's until handed back
@@ -241,7 +250,7 @@ class RoundLoop:
         self.record.emit(EventKind.AGENT_STARTED, backend=self.spec.backend)
         try:
             outcome = self.agent.run_round(ctx, toolbox, self.record)
-        except Interrupted:
+        except (Interrupted, DiskBudgetExceeded):
             raise
         except CodeRunnerError as exc:
             outcome = AgentOutcome(AgentStop.ERROR, error=exc.render())
@@ -314,6 +323,7 @@ class RoundLoop:
                 label=label,
                 wrap_argv=self.sandbox.wrap if self.sandbox else None,
             )
+            self._check_disk()  # what the DoD wrote counts too
         self.record.emit(
             EventKind.DOD_FINISHED,
             label=label,
@@ -322,6 +332,18 @@ class RoundLoop:
             reason=verdict.reason,
         )
         return verdict
+
+    def _check_disk(self) -> None:
+        """End the run if it has written more to its workspace than `limits.disk_mb`."""
+        budget = self.spec.limits.disk_mb * 1024 * 1024
+        written = self.ws.written_bytes()
+        if written > budget:
+            raise DiskBudgetExceeded(
+                f"the run wrote {written / 2**20:.1f} MiB to its workspace, more than its "
+                f"budget of limits.disk_mb = {self.spec.limits.disk_mb} MiB",
+                fix="raise limits.disk_mb in the task spec if the task needs that much "
+                "space, or tell the agent not to write large files",
+            )
 
     def _hand_over(self) -> None:
         if self.sandbox is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import code_runner.workspace.trees as trees
-from code_runner import dirs
+from code_runner import dirs, files
 from code_runner.files import force_rmtree
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
@@ -51,6 +51,7 @@ class Workspace:
         self.paths = paths
         self._tree: str | None = tree
         self._git_before = git_before
+        self.created_bytes = files.disk_usage(paths.root)  # the checkout itself
 
     # --- where things are ----------------------------------------------------------------
 
@@ -123,6 +124,11 @@ class Workspace:
         trees.review_diff(self.paths, review)
         applies, detail = trees.patch_applies_on_base(self.paths, patch)
         return ExportedPatch(patch, review, applies, detail)
+
+    def written_bytes(self) -> int:
+        """Bytes the run has added to the workspace since it was made (work tree, git dir,
+        HOME, TMPDIR): what `limits.disk_mb` bounds."""
+        return max(0, files.disk_usage(self.root) - self.created_bytes)
 
     def release(self) -> bool:
         """Remove the workspace and its git dir. True when nothing is left."""
