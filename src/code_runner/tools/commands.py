@@ -195,7 +195,7 @@ class CommandTools:
         if result.timed_out:
             return ToolResult.failure(
                 ToolErrorCode.TIMEOUT,
-                f"the search timed out after {budget_s:.1f} s; "
+                f"the search timed out after {budget_s:.3g} s; "
                 "narrow it with a glob or a more specific pattern",
             )
         if result.exit_code == 1 and result.stdout_size == 0:
