@@ -1,7 +1,8 @@
 """The bytes a run may write to its workspace (work tree, git dir, HOME, TMPDIR) are bounded
 by `limits.disk_mb`: an agent that writes past it ends the run with `disk_budget`, a message
 that names the limit, and no further tool call; the workspace is removed and the source is
-unchanged. Written files in the work tree, in HOME and by the DoD all count."""
+unchanged. Files written in the work tree, in HOME (without the sandbox) and by the DoD all
+count."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ pytestmark = pytest.mark.integration
 LIMITS = {"disk_mb": 5}
 WRITERS = {
     "work tree": "head -c 20000000 /dev/zero > calc.bin",
-    "HOME": 'head -c 20000000 /dev/zero > "$HOME/cache.bin"',
     "many small files": "mkdir -p d && for i in $(seq 1 2000); do head -c 4096 /dev/zero "
     "> d/$i; done",
 }
@@ -29,8 +29,6 @@ WRITERS = {
 def test_writing_past_the_disk_budget_ends_the_run(tmp_path: Path, mode: str, where: str) -> None:
     if mode == "required" and not sandbox.probe().ok:
         pytest.skip("no working sandbox here")
-    if mode == "required" and where == "HOME":
-        pytest.skip("in the sandbox HOME is a tmpfs of tmp_mb per command, gone after it")
     source = calc_repo(tmp_path)
     before = fingerprint(source)
     calls = [cmd(WRITERS[where]), call("write_file", path="calc.py", content=FIXED_BOTH)]
@@ -40,6 +38,18 @@ def test_writing_past_the_disk_budget_ends_the_run(tmp_path: Path, mode: str, wh
     held(f"{mode}/{where}: the message names the limit", "disk_mb = 5" in run.result["error"])
     held(f"{mode}/{where}: no call after it", len(run.tool_results) == 1, dump(run))
     held(f"{mode}/{where}: the source is unchanged", fingerprint(source) == before)
+
+
+def test_writing_to_home_counts_without_the_sandbox(tmp_path: Path) -> None:
+    # (in the sandbox HOME is a tmpfs of tmp_mb per command, gone after it)
+    source = calc_repo(tmp_path)
+    calls = [
+        cmd('head -c 20000000 /dev/zero > "$HOME/cache.bin"'),
+        call("write_file", path="calc.py", content=FIXED_BOTH),
+    ]
+    run = attack(tmp_path, calls, sandbox="off", source=source, limits=LIMITS)
+    held("writes to HOME end the run", run.result["reason"] == "disk_budget", dump(run))
+    held("no call after it", len(run.tool_results) == 1, dump(run))
 
 
 def test_the_dod_writing_past_the_budget_ends_the_run(tmp_path: Path) -> None:
