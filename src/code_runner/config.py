@@ -123,6 +123,8 @@ class OpenAIBackend(ProviderSettings):
     max_retry_wait_s: Annotated[float, Field(ge=0, le=600, allow_inf_nan=False)] = 60.0
     # a longer SSE line ends the stream as malformed (it would otherwise grow without bound)
     max_stream_line_bytes: Annotated[int, Field(strict=True, ge=1024, le=1 << 30)] = 8 << 20
+    # a larger answer (one turn's raw stream) ends the round with `agent_error`
+    max_response_bytes: Annotated[int, Field(strict=True, ge=1024, le=1 << 30)] = 16 << 20
 
 
 class AgentCliSettings(ProviderSettings):

@@ -77,6 +77,11 @@ class DiskFull(EnvironmentProblem):
         )
 
 
+class DiskBudgetExceeded(CodeRunnerError):
+    """The run wrote more to its workspace (work tree, git dir, HOME, TMPDIR) than its
+    `limits.disk_mb` allows; the run ends, keeping its best patch so far."""
+
+
 class PreflightError(EnvironmentProblem):
     """A check before any workspace is made failed."""
 

@@ -12,9 +12,10 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,20 @@ def _disk_full_is_typed(path: Path) -> Iterator[None]:
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
     """Replace `path` with `data` atomically. `durable=False` skips the fsync: the file
     is still never torn for a reader or after a process crash, only after power loss."""
+    atomic_write_chunks(path, (data,), mode=mode, durable=durable)
+
+
+def atomic_write_chunks(
+    path: Path, chunks: Iterable[bytes], *, mode: int = 0o644, durable: bool = True
+) -> None:
+    """`atomic_write_bytes` for content that comes in pieces (a large file, streamed)."""
     with _disk_full_is_typed(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for chunk in chunks:
+                    f.write(chunk)
                 f.flush()
                 if durable:
                     os.fsync(f.fileno())
@@ -55,13 +64,66 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644, durable: b
             raise
 
 
+def read_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    """The bytes of `path` in pieces of at most `size`, never all at once."""
+    with path.open("rb") as f:
+        while chunk := f.read(size):
+            yield chunk
+
+
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"), durable=durable)
 
 
+# A file name that is not UTF-8 is a str with lone surrogates (`os.fsdecode`). Written raw
+# they would make the file invalid UTF-8, and as JSON escapes no strict JSON reader (pydantic's
+# included) accepts them; so each is written as the text git and Python show such a byte as:
+# `\xff` for the byte 0xff (any other lone surrogate as `\udXXX`). Every JSON file written
+# here is valid UTF-8 and reads back as the same text, whatever names it holds.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\\\u{code:04x}"
+
+
+def _escape_surrogates(text: str) -> str:
+    return _SURROGATE.sub(_shown, text)
+
+
+def shown_name(name: str) -> str:
+    """`name` as a record holds it: a byte that is not UTF-8 shown as `\\xff`."""
+    if not _SURROGATE.search(name):
+        return name
+    shown = json.loads(_escape_surrogates(json.dumps(name, ensure_ascii=False)))
+    assert isinstance(shown, str)
+    return shown
+
+
+# What a terminal or a text viewer would act on instead of showing: C0 controls but tab and
+# newline (ESC starts every terminal escape), DEL, C1 controls (0x9b is a one-byte CSI), the
+# bidirectional overrides, and the lone surrogates of names that are not UTF-8.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` safe to write into a file a person reads or `cat`s: every control character
+    but tab and newline, and every lone surrogate, written as its escape (ESC as `\\x1b`)."""
+    return _UNPRINTABLE.sub(_visible, text.replace("\r\n", "\n"))
+
+
 def dumps(data: Any) -> str:
-    """Stable JSON: sorted keys, so equal records are equal bytes."""
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    """Stable JSON: sorted keys, so equal records are equal bytes; always valid UTF-8."""
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return _escape_surrogates(text) + "\n"
 
 
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
@@ -69,7 +131,8 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
 
 
 def append_jsonl(path: Path, data: Any) -> None:
-    line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    line = _escape_surrogates(json.dumps(data, sort_keys=True, ensure_ascii=False, default=str))
+    line += "\n"
     with _disk_full_is_typed(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         # never through a symlink planted where a log will be (a shared output dir)
@@ -143,6 +206,30 @@ def walk(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
             continue
         yield here, dirnames, filenames
         stack.extend(os.path.join(here, name) for name in reversed(dirnames))
+
+
+def disk_usage(top: Path) -> int:
+    """Bytes the files under `top` take on disk (allocated blocks; each inode once, symlinks
+    not followed): what a run has written there, sparse files and hard links included."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    stack = [str(top)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total
 
 
 def force_rmtree(path: Path) -> None:

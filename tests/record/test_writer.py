@@ -3,6 +3,7 @@ and what happens to a record later (apply, reject, gc) continues its event seque
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from code_runner import files
-from code_runner.record import RecordPaths, RunRecord, RunState, load_result
+from code_runner.record import RecordPaths, RunRecord, RunState, hunk_markdown, load_result
 from code_runner.runner.gc import _mark_abandoned
 from tests.cli.test_apply_cmd import finished_run, invoke
 
@@ -112,3 +113,15 @@ def test_status_of_a_damaged_record_exits_with_a_fix(
     record.paths.status.write_text('{"state": ')
     proc = invoke(capsys, "status", str(tmp_path))
     assert proc.returncode == 5 and "Fix:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("review", ["", " a | 1 +\n\ndiff --git a/a b/a\n+x\n", "no newline"])
+def test_the_patch_and_its_review_page_are_copied_in_pieces(tmp_path: Path, review: str) -> None:
+    patch, page = tmp_path / "export.patch", tmp_path / "export.review"
+    patch.write_bytes(b"\xff binary-safe \x00" * 100_000)
+    page.write_text(review)
+    record = RunRecord.open(tmp_path / "out", "fix-calc", "run-1", max_rounds=1)
+    digest, size = record.copy_patch(patch, page, title="Fix")
+    assert record.paths.patch.read_bytes() == patch.read_bytes()
+    assert (digest, size) == (hashlib.sha256(patch.read_bytes()).hexdigest(), 1_500_000)
+    assert record.paths.hunk.read_text() == hunk_markdown("fix-calc", "Fix", review)

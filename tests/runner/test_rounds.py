@@ -53,6 +53,15 @@ def _round(stop: AgentStop = AgentStop.DONE, **kw: object) -> RoundResult:
             Progress(last=_round(), out_of_time=True, timeout_s=30),
             Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, "the run exceeded its timeout of 30 s"),
         ),
+        # an agent stopped by the run's deadline, or a DoD cut by it: the run timed out
+        (
+            Progress(last=_round(AgentStop.TIMEOUT), out_of_time=True, timeout_s=5),
+            Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, "the run exceeded its timeout of 5 s"),
+        ),
+        (
+            Progress(last=_round(changed=True), out_of_time=True, rounds_left=False, timeout_s=5),
+            Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, "the run exceeded its timeout of 5 s"),
+        ),
         (
             Progress(last=_round(), rounds_left=False),
             Ending(ResultStatus.FAILED, Reason.NO_ALLOWED_CHANGES),

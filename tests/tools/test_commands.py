@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,21 @@ def test_run_timeout_is_clamped(tmp_path: Path) -> None:
     result = b.call("run_command", command="sleep 30", timeout_s=1000)
     fails(result, ToolErrorCode.TIMEOUT, "timed out after 0.5 s", "lowered to the maximum")
     assert result.data["duration_s"] < 10
+
+
+def test_run_timeout_is_clipped_to_the_time_the_run_has_left(tmp_path: Path) -> None:
+    b = Box(tmp_path, deadline=time.monotonic() + 1.0)
+    started = time.monotonic()
+    r = b.call("run_command", command="sleep 30", timeout_s=600)
+    fails(r, ToolErrorCode.TIMEOUT, "the time the run has left")
+    assert time.monotonic() - started < 5
+
+
+def test_no_command_starts_after_the_run_deadline(tmp_path: Path) -> None:
+    b = Box(tmp_path, deadline=time.monotonic() - 0.1)
+    fails(b.call("run_command", command="touch made"), ToolErrorCode.TIMEOUT, "not run")
+    fails(b.call("search_code", pattern="x"), ToolErrorCode.TIMEOUT, "not run")
+    assert not (b.ws / "made").exists()
 
 
 def test_run_output_is_capped_head_and_tail(tmp_path: Path) -> None:

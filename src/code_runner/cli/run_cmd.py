@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 import code_runner.cli.render as render
-from code_runner import runner, workspace
+from code_runner import proc, runner, workspace
 from code_runner.errors import SafetyViolation
 from code_runner.record import Reason, RecordPaths
 from code_runner.repo import snapshot
@@ -143,8 +143,12 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
             risks.append("output_dir exists: files of an earlier run of this task_id are replaced")
         if pre.sandbox is None or not pre.sandbox.use:
             risks.append(
-                "without an OS sandbox, agent commands run as you; the command policy and the "
-                "source snapshot are the guard"
+                "without an OS sandbox, agent commands, agent CLIs and the DoD run as you: "
+                "your files, HOME secrets (keys, .netrc, sockets), network and processes are in "
+                "reach; only the command policy (a pattern list, not a boundary) and the source "
+                "snapshot guard; the runner is non-dumpable, so a same-user child cannot read "
+                "its environment through /proc, but a root runner's children can; the run's "
+                "processes are tracked by " + proc.describe_tracking()
             )
         risks += _repo_config_risks(pre.source.work_tree)
         if task.network and pre.sandbox is not None and pre.sandbox.use:

@@ -4,8 +4,9 @@ This package is the only place that starts a process. `run` waits for a command 
 a `ProcResult` (a timeout is exit code 124, as with timeout(1)); `spawn` hands back a
 `Process` for callers that watch a command while it runs (`poll`, `wait`, `kill_tree`);
 `capture` keeps a short command's output in memory; `hand_terminal` lends the terminal to an
-interactive child. `signals_as_interrupt` and `signals_deferred` are the one way a command
-turns SIGINT/SIGTERM into cleanup.
+interactive child. A run's children join a cgroup of the run (`tracking`), so `gc` finds
+what they left even after they cleared their environment. `signals_as_interrupt` and
+`signals_deferred` are the one way a command turns SIGINT/SIGTERM into cleanup.
 """
 
 from code_runner.proc.process import (
@@ -21,8 +22,10 @@ from code_runner.proc.process import (
     signal_of,
     spawn,
 )
-from code_runner.proc.run import Captured, capture, run, shell_argv
+from code_runner.proc.run import Captured, capture, run, shell_argv, stale_scratch
 from code_runner.proc.signals import signals_as_interrupt, signals_deferred
+from code_runner.proc.tracking import describe as describe_tracking
+from code_runner.proc.tracking import leftover_groups, members, remove_group
 from code_runner.proc.tree import (
     DEFAULT_GRACE_S,
     RUN_ID_ENV,
@@ -45,15 +48,20 @@ __all__ = [
     "Process",
     "become_subreaper",
     "capture",
+    "describe_tracking",
     "exit_code_of",
     "hand_terminal",
     "kill_run_processes",
     "kill_tokened",
+    "leftover_groups",
+    "members",
     "read_head_tail",
+    "remove_group",
     "run",
     "shell_argv",
     "signal_of",
     "signals_as_interrupt",
     "signals_deferred",
     "spawn",
+    "stale_scratch",
 ]

@@ -22,12 +22,15 @@ from pathlib import Path
 
 import psutil
 
+import code_runner.proc.tracking as tracking
 from code_runner.proc.signals import signals_deferred
 from code_runner.proc.tree import (
     DEFAULT_GRACE_S,
+    RUN_ID_ENV,
     TOKEN_ENV,
     kill_descendants,
     kill_tokened,
+    make_undumpable,
     new_token,
     signal_group,
     tokened,
@@ -99,8 +102,10 @@ class Process:
         cwd: str,
         stdout_path: Path,
         stderr_path: Path,
+        group: Path | None = None,
     ) -> None:
         self.popen = popen
+        self.group = group  # the run's cgroup leaf it joined (`tracking`), if any
         self.token = token
         self.started = started
         self.argv = argv
@@ -153,7 +158,14 @@ class Process:
                 others = len(tokened(self.token, self.pid))
                 self._terminate(grace_s)
             self.popen.wait()
-            return max(others, kill_descendants(self.token, self.pid, grace_s))
+            tracked = self._empty_group()
+            return max(others, tracked + kill_descendants(self.token, self.pid, grace_s))
+
+    def _empty_group(self) -> int:
+        """Kill whatever is left in the command's cgroup leaf (escapees included); how many."""
+        if self.group is None:
+            return 0
+        return len(tracking.empty(self.group))
 
     def wait(
         self,
@@ -180,7 +192,7 @@ class Process:
         if timed_out or limited:
             self._terminate(grace_s)
         returncode = self.popen.wait()
-        killed = kill_descendants(self.token, self.pid, grace_s)
+        killed = self._empty_group() + kill_descendants(self.token, self.pid, grace_s)
         duration = time.monotonic() - self.started
         stdout, stdout_size = read_head_tail(self.stdout_path, head_bytes, tail_bytes)
         stderr, stderr_size = read_head_tail(self.stderr_path, head_bytes, tail_bytes)
@@ -241,10 +253,14 @@ def spawn(
 
     Output is appended to the files (or replaces them, `append=False`). The child carries a
     fresh token (`TOKEN_ENV`) so `kill_tree` finds descendants that left its process group.
+    A child of a run (`RUN_ID_ENV` in `env`) first joins a cgroup leaf of that run, which
+    nothing it starts can leave (`tracking`), and the runner becomes non-dumpable, so the
+    child cannot read the runner's environment through /proc.
     Raises OSError when the program cannot be started.
     """
     token = new_token()
     child_env = {**env, TOKEN_ENV: token}
+    prefix, group = _run_prefix(env, token)
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     mode = "ab" if append else "wb"
@@ -252,7 +268,7 @@ def spawn(
     with stdout_path.open(mode) as out_f, stderr_path.open(mode) as err_f:
         started = time.monotonic()
         popen = subprocess.Popen(
-            args,
+            (*prefix, *args),
             cwd=str(cwd),
             env=child_env,
             stdin=subprocess.DEVNULL,
@@ -269,7 +285,17 @@ def spawn(
         cwd=str(cwd),
         stdout_path=stdout_path,
         stderr_path=stderr_path,
+        group=group,
     )
+
+
+def _run_prefix(env: Mapping[str, str], leaf: str) -> tuple[list[str], Path | None]:
+    """For a run's child: the argv prefix that joins its cgroup leaf, and that leaf."""
+    run_id = env.get(RUN_ID_ENV)
+    if not run_id:
+        return [], None
+    make_undumpable()
+    return tracking.join_argv(run_id, leaf)
 
 
 def hand_terminal(
@@ -286,7 +312,10 @@ def hand_terminal(
     whatever it leaves behind is killed when it ends, or when we are interrupted.
     """
     token = new_token()
-    popen = subprocess.Popen(tuple(argv), cwd=cwd, env={**env, TOKEN_ENV: token}, close_fds=True)
+    prefix, group = _run_prefix(env, token)
+    popen = subprocess.Popen(
+        (*prefix, *argv), cwd=cwd, env={**env, TOKEN_ENV: token}, close_fds=True
+    )
     try:
         returncode = popen.wait()
     except BaseException:
@@ -300,6 +329,8 @@ def hand_terminal(
                 popen.wait()
         raise
     finally:
+        if group is not None:
+            tracking.empty(group)
         kill_tokened(token, grace_s=grace_s)
     return exit_code_of(returncode)
 

@@ -13,7 +13,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
+import code_runner.proc.tracking as tracking
 from code_runner.proc.process import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -22,7 +24,20 @@ from code_runner.proc.process import (
     ProcResult,
     spawn,
 )
-from code_runner.proc.tree import DEFAULT_GRACE_S, signal_group
+from code_runner.proc.tree import DEFAULT_GRACE_S, RUN_ID_ENV, signal_group
+
+SCRATCH_PREFIX = "code-runner-proc-"  # + owner pid + "-": `stale_scratch` finds a dead one's
+
+
+def stale_scratch() -> list[Path]:
+    """Per-command scratch dirs in the system temp dir whose owner pid is gone (SIGKILLed)."""
+    found: list[Path] = []
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and path.is_dir():
+            found.append(path)
+    return found
 
 
 @dataclass(frozen=True)
@@ -66,7 +81,7 @@ def run(
     """
     scratch: str | None = None
     if stdout_path is None or stderr_path is None:
-        scratch = tempfile.mkdtemp(prefix="code-runner-proc-")
+        scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     out_path = stdout_path or Path(scratch or ".") / "stdout"
     err_path = stderr_path or Path(scratch or ".") / "stderr"
     started = time.monotonic()
@@ -114,16 +129,33 @@ def capture(
     env: Mapping[str, str],
     timeout_s: float,
     input_bytes: bytes | None = None,
+    stdin_file: IO[bytes] | None = None,
+    stdout_file: IO[bytes] | None = None,
 ) -> Captured:
-    """Run a short plumbing command and keep its output in memory (git and friends)."""
+    """Run a short plumbing command and keep its output in memory (git and friends).
+
+    A large input or output streams instead: `stdin_file` is read by the command and
+    `stdout_file` written by it (then `Captured.stdout` is empty); stderr is always kept.
+
+    A run's plumbing (`RUN_ID_ENV` in `env`) joins the run's shared cgroup leaf: a daemon
+    it starts on purpose (a tmux server) outlives the call, but not the run's `gc`.
+    """
     args = tuple(argv)
+    run_id = env.get(RUN_ID_ENV)
+    prefix = tracking.join_argv(run_id, tracking.SHARED_LEAF)[0] if run_id else []
     try:
         popen = subprocess.Popen(
-            args,
+            (*prefix, *args),
             cwd=cwd,
             env=dict(env),
-            stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            stdin=(
+                stdin_file
+                if stdin_file is not None
+                else subprocess.PIPE
+                if input_bytes is not None
+                else subprocess.DEVNULL
+            ),
+            stdout=stdout_file if stdout_file is not None else subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
@@ -135,5 +167,5 @@ def capture(
     except subprocess.TimeoutExpired:
         signal_group(popen.pid, signal.SIGKILL)
         out, err = popen.communicate()
-        return Captured(args, TIMEOUT_EXIT_CODE, out, err, timed_out=True)
-    return Captured(args, popen.returncode, out, err)
+        return Captured(args, TIMEOUT_EXIT_CODE, out or b"", err, timed_out=True)
+    return Captured(args, popen.returncode, out or b"", err)

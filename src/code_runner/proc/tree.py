@@ -15,12 +15,14 @@ import uuid
 
 import psutil
 
+import code_runner.proc.tracking as tracking
 from code_runner.proc.signals import signals_deferred
 
 TOKEN_ENV = "CODE_RUNNER_PROC_TOKEN"  # noqa: S105 (a name, not a secret)
 RUN_ID_ENV = "CODE_RUNNER_RUN_ID"  # set in every agent command and DoD by the runner
 DEFAULT_GRACE_S = 2.0
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
 
 
 def new_token() -> str:
@@ -32,6 +34,17 @@ def become_subreaper() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def make_undumpable() -> bool:
+    """Make this process non-dumpable: its /proc files (environ, mem, fds) become root's,
+    so a child running as the same user cannot read the runner's environment or memory,
+    nor ptrace it. No core dumps either. Idempotent; False where prctl is missing."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 
@@ -95,7 +108,9 @@ def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
 
 
 def kill_run_processes(run_id: str, *, grace_s: float = DEFAULT_GRACE_S) -> tuple[int, ...]:
-    """Kill processes a dead run left running (they carry its id in their environment)."""
+    """Kill processes a dead run left running: everything in the run's cgroup (`tracking`),
+    then, for the fallback without one, what carries the run's id in its environment."""
+    tracked = tracking.end_run(run_id)
     found: list[psutil.Process] = []
     for candidate in psutil.process_iter():
         try:
@@ -107,7 +122,7 @@ def kill_run_processes(run_id: str, *, grace_s: float = DEFAULT_GRACE_S) -> tupl
         with contextlib.suppress(psutil.Error):
             victim.kill()
     psutil.wait_procs(found, timeout=grace_s)
-    return tuple(sorted(p.pid for p in found))
+    return tuple(sorted({*tracked, *(p.pid for p in found)}))
 
 
 def _reap(processes: list[psutil.Process]) -> None:

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from code_runner import dirs
+from code_runner import dirs, files
 
 
 @dataclass(frozen=True)
 class RecordPaths:
     output_dir: Path
     task_id: str
+
+    def record_files(self) -> dict[str, str]:
+        """The record's files by name, as result.json lists them."""
+        paths = self
+        names: tuple[str, ...] = ("request", "status", "events", "rounds", "response")
+        names += ("result", "patch", "hunk", "verifier_log")
+        found = {name: str(getattr(paths, name)) for name in names}
+        if paths.transcript.exists():
+            found["transcript"] = str(paths.transcript)
+        return found
 
     def file(self, suffix: str) -> Path:
         return self.output_dir / f"{self.task_id}.{suffix}"
@@ -122,6 +133,20 @@ class RecordPaths:
     def transcript(self) -> Path:
         """Every model request and response of the run (model backends only)."""
         return self.file("transcript.jsonl")
+
+
+def hunk_chunks(task_id: str, title: str, review: Path) -> Iterator[bytes]:
+    """`hunk_markdown` for a review in a file, in pieces: the file is never read whole."""
+    yield f"# {task_id}: {title}\n\n```diff\n".encode()
+    last = b""
+    for chunk in files.read_chunks(review):
+        last = chunk
+        yield chunk
+    if not last:
+        yield b"(no changes)\n"
+    elif not last.endswith(b"\n"):
+        yield b"\n"
+    yield b"```\n"
 
 
 def hunk_markdown(task_id: str, title: str, review: str) -> str:

@@ -101,6 +101,7 @@ class Reason(StrEnum):
     DOD_CANNOT_START = "dod_cannot_start"  # at base: no command, interpreter or package
     INTERNAL_ERROR = "internal_error"
     DISK_FULL = "disk_full"  # the record could not be written
+    DISK_BUDGET = "disk_budget"  # the run wrote more to its workspace than limits.disk_mb
     ABANDONED = "abandoned"
     # complete-task mode: the isolated DoD passed, landing the patch in the source did not
     APPLY_REFUSED = "apply_refused"  # the source was not in a state to take it; untouched

@@ -197,15 +197,35 @@ def _diff_stat(review: str) -> str:
     return "\n".join(stat)
 
 
+_STAT_MAX_BYTES = 1 << 20
+
+
+def _review_head(hunk: Path) -> str:
+    """The review page's diff up to its first file diff (its `--stat`), read line by line:
+    the page itself may be as large as the patch."""
+    kept: list[str] = []
+    size = 0
+    try:
+        with hunk.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if (kept and line.startswith("diff --git")) or size > _STAT_MAX_BYTES:
+                    break
+                if kept or line.startswith("```diff"):
+                    kept.append(line)
+                    size += len(line)
+    except OSError:
+        return ""
+    return "".join(kept[1:])
+
+
 def write_reports(paths: RecordPaths, result: RunResult, spec: TaskSpec) -> None:
     """result.md and eval.md from the finished result (and the hunk file's diff stat)."""
-    try:
-        hunk = paths.hunk.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        hunk = ""
-    review = hunk.split("```diff\n", 1)[1] if "```diff\n" in hunk else ""
-    files.atomic_write_text(paths.result_md, result_markdown(result), durable=False)
-    files.atomic_write_text(paths.eval_md, eval_markdown(result, spec, review), durable=False)
+    review = _review_head(paths.hunk)
+    # agent text is in both (its claim, its errors, file names): never terminal escapes
+    result_md = files.printable(result_markdown(result))
+    files.atomic_write_text(paths.result_md, result_md, durable=False)
+    eval_md = files.printable(eval_markdown(result, spec, review))
+    files.atomic_write_text(paths.eval_md, eval_md, durable=False)
 
 
 __all__ = [

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import code_runner.record.seal as seal
 from code_runner import clock, files
 from code_runner.errors import CodeRunnerError, IllegalTransition, LockHeld, RecordError
 from code_runner.events import EventKind
-from code_runner.record.paths import RecordPaths
+from code_runner.record.paths import RecordPaths, hunk_chunks
 from code_runner.record.result import RunResult
 from code_runner.record.state import TERMINAL_STATES, TRANSITIONS, Reason, ResultStatus, RunState
 
@@ -241,7 +241,8 @@ class RunRecord:
         previous = ""
         if self.paths.response.exists():
             previous = self.paths.response.read_text(errors="replace")
-        block = f"## round {round_index}\n{text.rstrip()}\n\n" if text.strip() else ""
+        shown = files.printable(text.rstrip())  # the agent's text, without terminal escapes
+        block = f"## round {round_index}\n{shown}\n\n" if text.strip() else ""
         files.atomic_write_text(self.paths.response, previous + block, durable=False)
 
     def write_patch(self, patch: bytes, review: str) -> str:
@@ -249,6 +250,22 @@ class RunRecord:
         files.atomic_write_text(self.paths.hunk, review)
         seal.seal(self.paths, ["patch"])
         return hashlib.sha256(patch).hexdigest()
+
+    def copy_patch(self, patch: Path, review: Path, *, title: str) -> tuple[str, int]:
+        """The patch and its review page from files, streamed: (sha256, size) of the patch."""
+        digest, size = hashlib.sha256(), 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal size
+            for chunk in files.read_chunks(patch):
+                digest.update(chunk)
+                size += len(chunk)
+                yield chunk
+
+        files.atomic_write_chunks(self.paths.patch, counted())
+        files.atomic_write_chunks(self.paths.hunk, hunk_chunks(self.paths.task_id, title, review))
+        seal.seal(self.paths, ["patch"])
+        return digest.hexdigest(), size
 
     def write_result(self, result: RunResult) -> None:
         """result.json, sealed with the transcript as it stands (the run's last words)."""

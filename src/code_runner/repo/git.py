@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from code_runner import proc
 from code_runner.errors import GitError, PreflightError
@@ -101,11 +102,20 @@ class Repo:
         check: bool = True,
         env: Mapping[str, str] | None = None,
         timeout_s: float = GIT_TIMEOUT_S,
+        stdin_file: IO[bytes] | None = None,
+        stdout_file: IO[bytes] | None = None,
     ) -> proc.Captured:
+        """Run one git command; a large input or output streams through the given files."""
         argv = self.argv(args)
         cwd = self.work_tree or self.git_dir
         result = proc.capture(
-            argv, cwd=cwd, env=hardened_env(env), timeout_s=timeout_s, input_bytes=input_bytes
+            argv,
+            cwd=cwd,
+            env=hardened_env(env),
+            timeout_s=timeout_s,
+            input_bytes=input_bytes,
+            stdin_file=stdin_file,
+            stdout_file=stdout_file,
         )
         if check and not result.ok:
             raise GitError(argv, result.exit_code, result.stderr.decode("utf-8", "replace"))

@@ -13,7 +13,13 @@ from pathlib import Path
 import code_runner.runner.leases as run_leases
 from code_runner import apply, dirs, files, workspace
 from code_runner.errors import RecordError
-from code_runner.proc import kill_run_processes
+from code_runner.proc import (
+    kill_run_processes,
+    leftover_groups,
+    members,
+    remove_group,
+    stale_scratch,
+)
 from code_runner.record import RecordPaths, RunRecord
 from code_runner.sandbox.cgroups import remove_leftovers
 
@@ -63,7 +69,28 @@ def collect(*, dry_run: bool = False, stale_after_s: float = 60.0) -> list[Remov
                 marked = _mark_abandoned(Path(left.output_dir), left.run_id, left.reason)
             run_leases.drop(left.run_id)
         removed.append(Removed(str(left.root), left.run_id, left.reason, marked, killed))
-    return removed + _collect_dead_runs(dry_run=dry_run, done={r.run_id for r in removed})
+    removed += _collect_dead_runs(dry_run=dry_run, done={r.run_id for r in removed})
+    return removed + _collect_orphan_groups(dry_run=dry_run, done={r.run_id for r in removed})
+
+
+def _collect_orphan_groups(*, dry_run: bool, done: set[str]) -> list[Removed]:
+    """Remove run cgroups (`proc.tracking`) left empty: a run that ended with a shared leaf.
+
+    Only empty ones: the hierarchy is the machine's, and a group with processes may belong
+    to a live run of another state dir; a dead run of ours was emptied above, by its id."""
+    removed: list[Removed] = []
+    for scratch in stale_scratch():  # a SIGKILLed runner's per-command output files
+        if not dry_run:
+            files.force_rmtree(scratch)
+        removed.append(Removed(str(scratch), "", "scratch of a dead runner", None))
+    for run_id, group in leftover_groups():
+        if run_id in done or members(group):
+            continue
+        if not dry_run:
+            remove_group(group)
+        if dry_run or not group.exists():
+            removed.append(Removed(str(group), run_id, "an empty run cgroup", None))
+    return removed
 
 
 def _collect_dead_runs(*, dry_run: bool, done: set[str]) -> list[Removed]:

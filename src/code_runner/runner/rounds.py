@@ -18,9 +18,9 @@ from typing import Any
 
 import psutil
 
-from code_runner import proc, verify, workspace
+from code_runner import apply, proc, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
-from code_runner.errors import CodeRunnerError, Interrupted, PreflightError
+from code_runner.errors import CodeRunnerError, DiskBudgetExceeded, Interrupted, PreflightError
 from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
 from code_runner.sandbox import Session
@@ -100,12 +100,13 @@ def ending(seen: Progress) -> Ending | None:
     """How the run ends, given what the loop saw; None while it goes on."""
     if seen.base_passed:
         return Ending(ResultStatus.ALREADY_SATISFIED, Reason.ALREADY_SATISFIED)
-    decided = _round_ending(seen.last) if seen.last is not None else None
-    if decided is not None:
-        return decided
-    if seen.out_of_time:
+    last = seen.last
+    if seen.out_of_time and not (last is not None and (last.violations or last.passed)):
         error = f"the run exceeded its timeout of {seen.timeout_s:g} s"
         return Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, error)
+    decided = _round_ending(last) if last is not None else None
+    if decided is not None:
+        return decided
     if seen.rounds_left:
         return None
     if seen.best_round == 0 and not seen.changed:
@@ -163,6 +164,20 @@ def end_agent_processes(run_id: str, root: Path, grace_s: float = 1.0) -> list[i
     return sorted(v.pid for v in victims)
 
 
+def apply_ending(outcome: apply.ApplyOutcome) -> Ending | None:
+    """How the apply step ends a run whose DoD passed; None when it landed."""
+    if outcome.ok:
+        return None
+    reason = (
+        Reason.APPLY_REFUSED
+        if outcome.refused
+        else Reason.SOURCE_DOD_FAILED
+        if outcome.dod_passed is False
+        else Reason.APPLY_FAILED
+    )
+    return Ending(ResultStatus.FAILED, reason, outcome.error)
+
+
 @dataclass
 class RoundLoop:
     """Runs the rounds of one task in one workspace; `run()` returns how it ended."""
@@ -197,7 +212,16 @@ class RoundLoop:
             env=self.ws.env(),
             events=self.record,
             wrap_argv=self.sandbox.wrap if self.sandbox else None,
+            deadline=self.deadline,
+            after_call=self._check_disk,
         )
+        try:
+            return self._rounds(toolbox)
+        except DiskBudgetExceeded as exc:
+            self.record.emit(EventKind.ERROR, message=exc.render())
+            return Ending(ResultStatus.FAILED, Reason.DISK_BUDGET, exc.render())
+
+    def _rounds(self, toolbox: Toolbox) -> Ending:
         previous = self._baseline()
         base_passed = previous.passed and not self.item_mode
         seen = Progress(base_passed=base_passed, timeout_s=self.spec.timeout_s)
@@ -226,6 +250,7 @@ class RoundLoop:
             best_round=self.best.round_index,
             changed=seen.changed or last.changed,
             timeout_s=seen.timeout_s,
+            out_of_time=time.monotonic() >= self.deadline,
         )
 
     # --- round 0 ---------------------------------------------------------------------------
@@ -266,6 +291,7 @@ class RoundLoop:
         outcome = self._agent(index, toolbox, previous)
         self.check_stop()
         killed = self._end_agent_processes()  # nothing of the agent's may run past here
+        self._check_disk()  # an agent CLI writes without the toolbox
         self.record.transition(RunState.AUDITING, step=f"round {index}: audit")
         audit = self.ws.audit(self.policy)
         self._hand_over()  # files the audit restored are root's until handed back
@@ -310,7 +336,7 @@ class RoundLoop:
         self.record.emit(EventKind.AGENT_STARTED, backend=self.spec.backend)
         try:
             outcome = self.agent.run_round(ctx, toolbox, self.record)
-        except Interrupted:
+        except (Interrupted, DiskBudgetExceeded):
             raise
         except CodeRunnerError as exc:
             outcome = AgentOutcome(AgentStop.ERROR, error=exc.render())
@@ -381,22 +407,28 @@ class RoundLoop:
         return verdict
 
     def _run_dod(self, label: str) -> verify.Verdict:
+        """The DoD in the workspace, its timeout clipped to the time the run has left."""
         dod = self.spec.definition_of_done
-        remaining = max(1.0, self.deadline - time.monotonic())
-        if remaining < dod.timeout_s:
-            dod = dod.model_copy(update={"timeout_s": remaining})
-        self._end_agent_processes()
-        self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
-        if self.sandbox is None:
-            self.ws.empty_scratch()
-        verdict = verify.run_dod(
-            dod,
-            cwd=self.ws.work_tree,
-            env=self.ws.env(),
-            log_path=self.record.paths.verifier_log,
-            label=label,
-            wrap_argv=self.sandbox.wrap if self.sandbox else None,
-        )
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            why = f"not run: the run's timeout of {self.spec.timeout_s:g} s had passed"
+            verdict = _not_run(dod.assertion, why)
+        else:
+            if remaining < dod.timeout_s:
+                dod = dod.model_copy(update={"timeout_s": remaining})
+            self._end_agent_processes()
+            self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
+            if self.sandbox is None:
+                self.ws.empty_scratch()
+            verdict = verify.run_dod(
+                dod,
+                cwd=self.ws.work_tree,
+                env=self.ws.env(),
+                log_path=self.record.paths.verifier_log,
+                label=label,
+                wrap_argv=self.sandbox.wrap if self.sandbox else None,
+            )
+            self._check_disk()  # what the DoD wrote counts too
         self.record.emit(
             EventKind.DOD_FINISHED,
             label=label,
@@ -409,9 +441,35 @@ class RoundLoop:
     def _end_agent_processes(self) -> list[int]:
         return end_agent_processes(self.ws.run_id, self.ws.root)
 
+    def _check_disk(self) -> None:
+        """End the run if it has written more to its workspace than `limits.disk_mb`."""
+        budget = self.spec.limits.disk_mb * 1024 * 1024
+        written = self.ws.written_bytes()
+        if written > budget:
+            raise DiskBudgetExceeded(
+                f"the run wrote {written / 2**20:.1f} MiB to its workspace, more than its "
+                f"budget of limits.disk_mb = {self.spec.limits.disk_mb} MiB",
+                fix="raise limits.disk_mb in the task spec if the task needs that much "
+                "space, or tell the agent not to write large files",
+            )
+
     def _hand_over(self) -> None:
         if self.sandbox is not None:
             self.sandbox.hand_over()
+
+
+def _not_run(assertion: str, reason: str) -> verify.Verdict:
+    """The verdict of a DoD that was not started: failed, as if killed at once."""
+    return verify.Verdict(
+        passed=False,
+        reason=reason,
+        assertion=assertion,
+        exit_code=proc.TIMEOUT_EXIT_CODE,
+        timed_out=True,
+        duration_s=0.0,
+        stdout_tail="",
+        stderr_tail="",
+    )
 
 
 __all__ = [
@@ -421,6 +479,7 @@ __all__ = [
     "Progress",
     "RoundLoop",
     "RoundResult",
+    "apply_ending",
     "end_agent_processes",
     "ending",
 ]

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import code_runner.runner.leases as run_leases
-from code_runner import apply, clock, proc, workspace
+from code_runner import __version__, apply, clock, proc, workspace
 from code_runner.errors import ApplyRefused, CodeRunnerError, DiskFull, Interrupted
 from code_runner.events import EventKind
 from code_runner.proc import signals_as_interrupt
@@ -28,12 +28,11 @@ from code_runner.record import (
     RunRecord,
     RunResult,
     RunState,
-    hunk_markdown,
     views,
 )
 from code_runner.repo import snapshot
 from code_runner.runner.preflight import Preflight, new_run_id
-from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop
+from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop, apply_ending
 from code_runner.sandbox import SandboxMode, Session, open_session
 from code_runner.task import contract, spec_to_request
 from code_runner.task.paths import Allowlist
@@ -44,20 +43,6 @@ _FINAL_STATES = {
     ResultStatus.FAILED: RunState.FAILED,
     ResultStatus.INTERRUPTED: RunState.INTERRUPTED,
 }
-
-
-def apply_ending(outcome: apply.ApplyOutcome) -> Ending | None:
-    """How the apply step ends a run whose DoD passed; None when it landed."""
-    if outcome.ok:
-        return None
-    reason = (
-        Reason.APPLY_REFUSED
-        if outcome.refused
-        else Reason.SOURCE_DOD_FAILED
-        if outcome.dod_passed is False
-        else Reason.APPLY_FAILED
-    )
-    return Ending(ResultStatus.FAILED, reason, outcome.error)
 
 
 class TaskRun:
@@ -153,21 +138,21 @@ class TaskRun:
         best = self.loop.best if self.loop else None
         assert best is not None
         exported = ws.export(best.tree)
-        digest = self.record.write_patch(
-            exported.patch, hunk_markdown(self.spec.task_id, self.spec.title, exported.review)
+        digest, size = self.record.copy_patch(
+            exported.patch_path, exported.review_path, title=self.spec.title
         )
         changed = [c.to_dict() for c in best.changes]
         self.patch_info = {
             "patch_artifact": str(self.record.paths.patch),
             "patch_sha256": digest,
-            "patch_bytes": len(exported.patch),
+            "patch_bytes": size,
             "patch_applies_on_base": exported.applies_on_base,
             "changed_files": changed,
             "best_round": best.round_index,
         }
         self.record.emit(
             EventKind.PATCH_EXPORTED,
-            bytes=len(exported.patch),
+            bytes=size,
             sha256=digest,
             applies=exported.applies_on_base,
             files=[c["path"] for c in changed],
@@ -191,6 +176,14 @@ class TaskRun:
 
     def _apply(self, ws: workspace.Workspace, before: snapshot.SourceSnapshot) -> None:
         spec = self.spec
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            error = f"not applied: the run's timeout of {spec.timeout_s:g} s had passed"
+            self.ending = Ending(ResultStatus.FAILED, Reason.RUN_TIMEOUT, error)
+            return
+        dod = spec.definition_of_done
+        if left < dod.timeout_s:  # the source DoD gets the time the run has left
+            dod = dod.model_copy(update={"timeout_s": left})
         self.record.transition(RunState.APPLYING, step="apply to source")
         try:
             walls = self._apply_sandbox()
@@ -208,7 +201,7 @@ class TaskRun:
                 base=self.pre.base,
                 patch=self.record.paths.patch.read_bytes(),
                 allowlist=spec.allowlist_policy,
-                dod=spec.definition_of_done,
+                dod=dod,
                 env=ws.source_env(),
                 record=self.record.paths,
                 commit=spec.commit_on_success,
@@ -265,7 +258,7 @@ class TaskRun:
                 "run_id": self.run_id,
                 "spec": spec_to_request(spec),
                 "base": self.pre.base,
-                "code_runner_version": _version(),
+                "code_runner_version": __version__,
                 "pid": os.getpid(),
                 "requested_at": clock.iso(started_at),
             }
@@ -454,24 +447,9 @@ class TaskRun:
                 "started_at": clock.iso(started_at),
                 "finished_at": clock.iso(datetime.now(UTC)),
                 "duration_s": round(time.monotonic() - t0, 3),
-                "record_files": self._record_files(),
+                "record_files": self.record.paths.record_files(),
             }
         )
-
-    def _record_files(self) -> dict[str, str]:
-        paths = self.record.paths
-        names: tuple[str, ...] = ("request", "status", "events", "rounds", "response")
-        names += ("result", "patch", "hunk", "verifier_log")
-        found = {name: str(getattr(paths, name)) for name in names}
-        if paths.transcript.exists():
-            found["transcript"] = str(paths.transcript)
-        return found
-
-
-def _version() -> str:
-    from code_runner import __version__
-
-    return __version__
 
 
 def run_task(
@@ -508,4 +486,4 @@ def run_task(
             record.close()
 
 
-__all__ = ["TaskRun", "apply_ending", "run_task"]
+__all__ = ["TaskRun", "run_task"]

@@ -5,7 +5,9 @@ runner's own cgroup, writes the limits, and has each command join it before bubb
 starts (a one-line `sh` that writes `$$` to `cgroup.procs`, then execs), so nothing the
 command forks can be outside it. Both cgroup v2 (a controller enabled for children in the
 runner's cgroup) and v1 (a writable controller hierarchy) are used; on a machine with
-neither, `detect()` says why and the limits fall back to rlimits.
+neither, `detect()` says why and the limits fall back to rlimits. Where the run's process
+tracking uses the same hierarchy, the groups are made inside the run's group
+(`proc.tracking.nest_parent`), so joining them keeps a command tracked.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from code_runner.proc import tracking
 from code_runner.sandbox.limits import MIB, ResourceLimits
 
 CONTROLLERS = ("pids", "memory")
@@ -56,34 +59,6 @@ class CgroupSupport:
         return out
 
 
-def _unescape(text: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as octal."""
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        text = text.replace(code, char)
-    return text
-
-
-def _mounts() -> list[tuple[Path, str, frozenset[str]]]:
-    found: list[tuple[Path, str, frozenset[str]]] = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            left, _, right = line.partition(" - ")
-            fields, rest = left.split(), right.split()
-            if len(fields) < 5 or len(rest) < 3:
-                continue
-            found.append((Path(_unescape(fields[4])), rest[0], frozenset(rest[2].split(","))))
-    return found
-
-
-def _memberships() -> list[tuple[str, frozenset[str], str]]:
-    found: list[tuple[str, frozenset[str], str]] = []
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            hierarchy, controllers, path = line.split(":", 2)
-            found.append((hierarchy, frozenset(filter(None, controllers.split(","))), path))
-    return found
-
-
 def _within(mount: Path, path: str) -> Path:
     return mount / path.lstrip("/")
 
@@ -91,8 +66,8 @@ def _within(mount: Path, path: str) -> Path:
 @functools.cache
 def detect() -> CgroupSupport:
     """The cgroup controllers this process can delegate to its commands (cached)."""
-    mounts = _mounts()
-    members = _memberships()
+    mounts = tracking.mounts()
+    members = tracking.memberships()
     placements: list[Placement] = []
     reasons: list[str] = []
     unified = next((m for m in mounts if m[1] == "cgroup2"), None)
@@ -135,7 +110,7 @@ class CgroupSet:
         """Make the groups and write the limits; on any failure, undo and raise OSError."""
         try:
             for placement in self.support.placements:
-                here = placement.parent / self.name
+                here = tracking.nest_parent(placement.parent, self.name) / self.name
                 if here not in self.dirs:
                     here.mkdir()
                     self.dirs.append(here)
@@ -187,6 +162,8 @@ def remove_leftovers(run_id: str) -> list[Path]:
     removed: list[Path] = []
     for placement in detect().placements:
         here = placement.parent / f"code-runner-{run_id}"
+        if not here.is_dir():
+            here = tracking.nest_parent(placement.parent, here.name, create=False) / here.name
         with contextlib.suppress(OSError):
             here.rmdir()
             removed.append(here)

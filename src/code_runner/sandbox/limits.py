@@ -49,6 +49,13 @@ class ResourceLimits(BaseModel):
     tmp_mb: _Int = Field(
         default=1024, ge=1, le=1024 * 1024, description="Size of the command's private /tmp."
     )
+    disk_mb: _Int = Field(
+        default=4096,
+        ge=1,
+        le=1024 * 1024,
+        description="Bytes the whole run may add to its workspace (work tree, git dir, HOME, "
+        "TMPDIR), checked after every tool call, round and DoD, with or without the sandbox.",
+    )
 
 
 DEFAULT_LIMITS = ResourceLimits()

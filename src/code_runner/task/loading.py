@@ -54,7 +54,7 @@ _FIX: dict[str, str] = {
     "(and optionally `timeout_s`)",
     "sandbox": "use 'auto', 'required' or 'off'",
     "network": "use true or false",
-    "limits": "write a mapping of memory_mb, processes, file_size_mb, cpu_s, tmp_mb",
+    "limits": "write a mapping of memory_mb, processes, file_size_mb, cpu_s, tmp_mb, disk_mb",
 }
 
 

@@ -232,7 +232,8 @@ class TaskSpec(BaseModel):
     limits: ResourceLimits = Field(
         default_factory=ResourceLimits,
         description="Resource limits of sandboxed commands: memory_mb, processes, "
-        "file_size_mb, cpu_s (per process; default: timeout_s), tmp_mb.",
+        "file_size_mb, cpu_s (per process; default: timeout_s), tmp_mb, disk_mb (the run's "
+        "workspace, in total).",
     )
 
     @field_validator("sandbox", mode="before")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
@@ -79,8 +80,10 @@ class CommandTools:
         env: Mapping[str, str],
         limits: ToolLimits,
         wrap_argv: ArgvWrapper | None = None,
+        deadline: float | None = None,
     ) -> None:
         self._workspace_dir = workspace_dir
+        self._deadline = deadline  # time.monotonic() at which the run's time is up
         self._source_dir = source_dir
         self._env = scrub_env(env)
         self._limits = limits
@@ -119,16 +122,22 @@ class CommandTools:
         limits = self._limits
         wanted_s = limits.command_timeout_s if timeout_s is None else timeout_s
         budget_s = min(wanted_s, limits.command_max_timeout_s)
+        note = f"\n(timeout lowered to the maximum, {budget_s:g} s)" if budget_s < wanted_s else ""
+        left_s = self.time_left()
+        if left_s is not None and left_s <= 0:
+            return _out_of_time("run_command")
+        if left_s is not None and left_s < budget_s:
+            budget_s = left_s
+            note = f"\n(timeout lowered to the time the run has left, {budget_s:.1f} s)"
         quarter = max(1, limits.command_output_bytes // 4)
         result = self._spawn(
             command_argv(command), timeout_s=budget_s, head_bytes=quarter, tail_bytes=quarter
         )
-        note = f"\n(timeout lowered to the maximum, {budget_s:g} s)" if budget_s < wanted_s else ""
         if result.timed_out:
             half = limits.command_output_bytes // 2
             return ToolResult.failure(
                 ToolErrorCode.TIMEOUT,
-                f"the command timed out after {budget_s:g} s and its whole process tree was "
+                f"the command timed out after {budget_s:.3g} s and its whole process tree was "
                 f"killed (exit {proc.TIMEOUT_EXIT_CODE}).{note}\n"
                 + _stream("stdout tail", tail(result.stdout, half), result.stdout_size)
                 + "\n"
@@ -170,9 +179,15 @@ class CommandTools:
         rg = find_rg(self._env)
         if rg is None:
             return ToolResult.failure(ToolErrorCode.IO_ERROR, RG_INSTALL_HINT)
+        budget_s = self._limits.command_timeout_s
+        left_s = self.time_left()
+        if left_s is not None and left_s <= 0:
+            return _out_of_time("search_code")
+        if left_s is not None:
+            budget_s = min(budget_s, left_s)
         result = self._spawn(
             search_argv(pattern, glob, rg=rg),
-            timeout_s=self._limits.command_timeout_s,
+            timeout_s=budget_s,
             head_bytes=_SEARCH_HEAD_BYTES,
             tail_bytes=0,
             max_output_bytes=_SEARCH_OUTPUT_CAP_BYTES,
@@ -180,7 +195,7 @@ class CommandTools:
         if result.timed_out:
             return ToolResult.failure(
                 ToolErrorCode.TIMEOUT,
-                f"the search timed out after {self._limits.command_timeout_s:g} s; "
+                f"the search timed out after {budget_s:.3g} s; "
                 "narrow it with a glob or a more specific pattern",
             )
         if result.exit_code == 1 and result.stdout_size == 0:
@@ -191,6 +206,10 @@ class CommandTools:
             code = ToolErrorCode.INVALID_ARGS if result.exit_code == 2 else ToolErrorCode.IO_ERROR
             return ToolResult.failure(code, f"search_code: {tail(result.stderr.strip(), 2000)}")
         return self._render_matches(result)
+
+    def time_left(self) -> float | None:
+        """Seconds until the run's deadline; None when the run has none."""
+        return None if self._deadline is None else self._deadline - time.monotonic()
 
     def _render_matches(self, result: proc.ProcResult) -> ToolResult:
         cap = self._limits.search_max_matches
@@ -235,6 +254,13 @@ class CommandTools:
             tail_bytes=tail_bytes,
             max_output_bytes=max_output_bytes,
         )
+
+
+def _out_of_time(tool: str) -> ToolResult:
+    return ToolResult.failure(
+        ToolErrorCode.TIMEOUT,
+        f"{tool}: not run: the run's timeout has passed; no more commands can run",
+    )
 
 
 def _stream(label: str, text: str, size: int) -> str:

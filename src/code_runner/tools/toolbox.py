@@ -11,7 +11,7 @@ error code, first line of the reply, small scalar details such as `exit_code` or
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from code_runner.tools.schema import ArgumentsError, ToolDef, tool_from_function
 from code_runner.tools.text import details, loggable, summary
 
 DEFAULT_LIMITS = ToolLimits()
+WRITING_TOOLS = frozenset({"write_file", "edit_file", "run_command"})
 
 
 class Toolbox:
@@ -41,12 +42,24 @@ class Toolbox:
         events: EventSink,
         limits: ToolLimits = DEFAULT_LIMITS,
         wrap_argv: ArgvWrapper | None = None,
+        deadline: float | None = None,
+        after_call: Callable[[], None] | None = None,
     ) -> None:
+        """`deadline` (a `time.monotonic()` value) is when the run's time is up: every
+        command's timeout is clipped to the time left, and none starts after it.
+        `after_call` runs after every call that may write (the run's disk budget): what it
+        raises ends the round."""
         workspace = Path(workspace_dir)
         self._events = events
+        self._after_call = after_call
         files = FileTools(workspace, allowlist=allowlist, limits=limits)
         commands = CommandTools(
-            workspace, source_dir=Path(source_dir), env=env, limits=limits, wrap_argv=wrap_argv
+            workspace,
+            source_dir=Path(source_dir),
+            env=env,
+            limits=limits,
+            wrap_argv=wrap_argv,
+            deadline=deadline,
         )
         functions = (
             files.read_file,
@@ -77,6 +90,8 @@ class Toolbox:
             details=details(result.data),
             duration_s=round(time.monotonic() - started, 4),
         )
+        if self._after_call is not None and name in WRITING_TOOLS:
+            self._after_call()
         return result
 
     def _dispatch(self, name: str, args: object) -> ToolResult:

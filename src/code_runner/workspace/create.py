@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import code_runner.workspace.trees as trees
-from code_runner import dirs
+from code_runner import dirs, files
 from code_runner.files import force_rmtree
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
@@ -28,13 +28,22 @@ from code_runner.workspace.python_env import ProjectEnv, discover
 
 @dataclass(frozen=True)
 class ExportedPatch:
-    """The kept tree's changes against base: the patch, its review text, and whether it
-    applies to a clean base (`detail` says why not)."""
+    """The kept tree's changes against base: the patch and its review text as files in the
+    workspace (gone with it; never read whole by the runner), and whether the patch applies
+    to a clean base (`detail` says why not)."""
 
-    patch: bytes
-    review: str
+    patch_path: Path
+    review_path: Path
     applies_on_base: bool
     detail: str
+
+    @property
+    def patch(self) -> bytes:
+        return self.patch_path.read_bytes()
+
+    @property
+    def review(self) -> str:
+        return self.review_path.read_text("utf-8", "replace")
 
 
 class Workspace:
@@ -44,6 +53,7 @@ class Workspace:
         self.paths = paths
         self._tree: str | None = tree
         self._git_before = git_before
+        self.created_bytes = files.disk_usage(paths.root)  # the checkout itself
 
     # --- where things are ----------------------------------------------------------------
 
@@ -134,9 +144,16 @@ class Workspace:
         another), with its review text, checked to apply on a clean base."""
         if self._tree != tree:
             self.restore(tree)
-        patch = trees.export_patch(self.paths)
+        patch, review = self.paths.root / "export.patch", self.paths.root / "export.review"
+        trees.export_patch(self.paths, patch)
+        trees.review_diff(self.paths, review)
         applies, detail = trees.patch_applies_on_base(self.paths, patch)
-        return ExportedPatch(patch, trees.review_diff(self.paths), applies, detail)
+        return ExportedPatch(patch, review, applies, detail)
+
+    def written_bytes(self) -> int:
+        """Bytes the run has added to the workspace since it was made (work tree, git dir,
+        HOME, TMPDIR): what `limits.disk_mb` bounds."""
+        return max(0, files.disk_usage(self.root) - self.created_bytes)
 
     def release(self) -> bool:
         """Remove the workspace and its git dir. True when nothing is left."""

@@ -94,58 +94,61 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-def export_patch(ws: WorkspacePaths) -> bytes:
-    """The staged changes against base, binary-safe; applies with `git apply` on base."""
-    return ws.repo.run(
-        "diff",
-        "--cached",
-        "--binary",
-        "--full-index",
-        "--no-ext-diff",
-        "--no-textconv",
-        "--no-renames",
-        "--no-color",
-        ws.base,
-        "--",
-    ).stdout
+_DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-renames", "--no-color")
 
 
-def review_diff(ws: WorkspacePaths) -> str:
-    """The same diff as text for a human (`--text`: `-diff` attributes cannot hide a change)."""
-    out = ws.repo.run(
-        "diff",
-        "--cached",
-        "--text",
-        "--no-ext-diff",
-        "--no-textconv",
-        "--no-renames",
-        "--no-color",
-        "--stat",
-        "--patch",
-        ws.base,
-        "--",
-    ).stdout
-    return out.decode("utf-8", "replace")
+def export_patch(ws: WorkspacePaths, dest: Path) -> None:
+    """Write the staged changes against base to `dest`, binary-safe (applies with `git
+    apply` on base). git writes the file itself: the patch never passes through memory."""
+    with dest.open("wb") as out:
+        ws.repo.run(
+            "diff",
+            "--cached",
+            "--binary",
+            "--full-index",
+            *_DIFF_OPTIONS,
+            ws.base,
+            "--",
+            stdout_file=out,
+        )
 
 
-def patch_applies_on_base(ws: WorkspacePaths, patch: bytes) -> tuple[bool, str]:
+def review_diff(ws: WorkspacePaths, dest: Path) -> None:
+    """Write the same diff as text for a human to `dest` (`--text`: `-diff` attributes
+    cannot hide a change), streamed like the patch."""
+    with dest.open("wb") as out:
+        ws.repo.run(
+            "diff",
+            "--cached",
+            "--text",
+            *_DIFF_OPTIONS,
+            "--stat",
+            "--patch",
+            ws.base,
+            "--",
+            stdout_file=out,
+        )
+
+
+def patch_applies_on_base(ws: WorkspacePaths, patch: Path) -> tuple[bool, str]:
     """Prove the exported patch applies to a clean base, in a scratch index."""
-    if not patch:
+    if patch.stat().st_size == 0:
         return True, ""
     index = ws.root / "check.index"
     env = {"GIT_INDEX_FILE": str(index)}
     try:
         ws.repo.run("read-tree", ws.base, env=env)
-        result = ws.repo.run(
-            "apply",
-            "--cached",
-            "--check",
-            "--binary",
-            "-",
-            input_bytes=patch,
-            env=env,
-            check=False,
-        )
+        with patch.open("rb") as stdin:
+            result = ws.repo.run(
+                "apply",
+                "--cached",
+                "--check",
+                "--binary",
+                "-",
+                stdin_file=stdin,
+                env=env,
+                check=False,
+            )
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()

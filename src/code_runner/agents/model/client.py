@@ -14,6 +14,9 @@
   has another content type, a chunk of an unexpected shape, a line longer than
   `max_stream_line_bytes`) is a `stream_malformed` failure, retried like a cut stream; the
   offending bytes (at most 1 KiB) go into the transcript.
+- An answer larger than `max_response_bytes` (the raw stream of one turn) ends the call at
+  once, unretried: a `response_too_large` failure whose first bytes go into the transcript,
+  and the round ends with `agent_error`.
 """
 
 from __future__ import annotations
@@ -25,15 +28,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import openai
 
+from code_runner.agents.model.chunks import Accumulator
 from code_runner.agents.model.stream_guard import (
     EVIDENCE_BYTES,
-    ChunkShapeError,
     MalformedStream,
+    ResponseTooLarge,
     StreamGuard,
     StreamTooLong,
     malformed,
@@ -42,9 +46,7 @@ from code_runner.agents.model.transcript import (
     FailureKind,
     ModelError,
     ModelTurn,
-    ToolCallData,
     Transcript,
-    Usage,
 )
 from code_runner.config import OpenAIBackend
 
@@ -65,114 +67,6 @@ class _Failure(Exception):
     retry_after_s: float | None = None
     retryable: bool = True
     evidence: str | None = None  # the offending bytes of a malformed stream, bounded
-
-
-@dataclass
-class _Call:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-class _Accumulator:
-    """Joins the deltas of one streamed answer."""
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.calls: dict[int, _Call] = {}
-        self.finish_reason: str | None = None
-        self.usage: Usage | None = None
-        self.chunks = 0
-        self.model = ""
-
-    def add(self, chunk: object) -> None:
-        """Join one chunk; ChunkShapeError if it is not shaped like a Chat Completions chunk
-        (unknown fields are fine, a known field of the wrong type is not)."""
-        self.chunks += 1
-        if not isinstance(chunk, Mapping):
-            raise ChunkShapeError(f"a chunk is a JSON {_json_type(chunk)}, not an object", chunk)
-        self.model = self.model or _text(chunk, "model", chunk)
-        usage = _field(chunk, "usage", Mapping, chunk)
-        if usage is not None:
-            self.usage = Usage(
-                _count(usage, "prompt_tokens", chunk), _count(usage, "completion_tokens", chunk)
-            )
-        for choice in _field(chunk, "choices", list, chunk) or []:
-            if not isinstance(choice, Mapping):
-                raise ChunkShapeError("a choice is not an object", chunk)
-            if choice.get("index") not in (0, None):
-                continue
-            delta = _field(choice, "delta", Mapping, chunk) or {}
-            content = _text(delta, "content", chunk)
-            if content:
-                self.content.append(content)
-            for position, tool in enumerate(_field(delta, "tool_calls", list, chunk) or []):
-                if not isinstance(tool, Mapping):
-                    raise ChunkShapeError("a tool call is not an object", chunk)
-                self._add_call(position, tool, chunk)
-            finish = _text(choice, "finish_reason", chunk)
-            if finish:
-                self.finish_reason = finish
-
-    def _add_call(self, position: int, tool: Mapping[str, Any], chunk: object) -> None:
-        index = tool.get("index")
-        key = index if isinstance(index, int) and not isinstance(index, bool) else position
-        call = self.calls.setdefault(key, _Call())
-        call.id = call.id or _text(tool, "id", chunk)
-        function = _field(tool, "function", Mapping, chunk) or {}
-        name = _text(function, "name", chunk)
-        if name and name != call.name:
-            call.name += name
-        arguments = _text(function, "arguments", chunk)
-        if arguments:
-            call.arguments.append(arguments)
-
-    def turn(self, duration_s: float, ttft_s: float | None) -> ModelTurn:
-        calls = tuple(
-            ToolCallData(call.id, call.name, "".join(call.arguments))
-            for _, call in sorted(self.calls.items())
-        )
-        return ModelTurn(
-            content="".join(self.content),
-            tool_calls=calls,
-            finish_reason=self.finish_reason or "",
-            usage=self.usage,
-            chunks=self.chunks,
-            duration_s=duration_s,
-            ttft_s=ttft_s,
-            model=self.model,
-        )
-
-
-def _field(data: Mapping[str, Any], key: str, kind: type, chunk: object) -> Any:
-    """`data[key]` if it is a `kind` (or absent/null: None); else ChunkShapeError."""
-    value = data.get(key)
-    if value is None or isinstance(value, kind):
-        return value
-    raise ChunkShapeError(f"{key} is a JSON {_json_type(value)}", chunk)
-
-
-def _text(data: Mapping[str, Any], key: str, chunk: object) -> str:
-    return str(_field(data, key, str, chunk) or "")
-
-
-def _count(usage: Mapping[str, Any], key: str, chunk: object) -> int:
-    value = usage.get(key)
-    if value is None:
-        return 0
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    raise ChunkShapeError(f"usage.{key} is {value!r}, not a token count", chunk)
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-    for kind, name in names.items():
-        if isinstance(value, kind):
-            return name
-    return "number"
 
 
 class _GuardedOpenAI(openai.OpenAI):
@@ -280,9 +174,13 @@ class OpenAIChatClient:
                 raise _Failure(
                     FailureKind.DEADLINE, "a wall-clock budget is spent", retryable=False
                 )
-        acc = _Accumulator()
+        acc = Accumulator()
         ttft: float | None = None
-        guard = StreamGuard(limit_s=limit, max_line_bytes=self.settings.max_stream_line_bytes)
+        guard = StreamGuard(
+            limit_s=limit,
+            max_line_bytes=self.settings.max_stream_line_bytes,
+            max_response_bytes=self.settings.max_response_bytes,
+        )
         self._sdk.guard = guard
         try:
             # `post` is the SDK's documented way to send a body as is, and `object` asks for
@@ -307,6 +205,13 @@ class OpenAIChatClient:
                         raise self._too_long(now - started, deadline)
         except (openai.APITimeoutError, StreamTooLong):
             raise self._too_long(time.monotonic() - started, deadline) from None
+        except ResponseTooLarge as exc:
+            raise _Failure(
+                FailureKind.RESPONSE_TOO_LARGE,
+                str(exc),
+                retryable=False,
+                evidence=exc.evidence,
+            ) from None
         except (ValueError, MalformedStream) as exc:
             # json.JSONDecodeError and UnicodeDecodeError from inside the SDK's iterator,
             # ChunkShapeError from ours, MalformedStream from the guard
@@ -397,6 +302,8 @@ class OpenAIChatClient:
             "is the server's OpenAI-compatible root (often ending in /v1) and that no proxy "
             "on the way buffers or rewrites text/event-stream; raise max_stream_line_bytes "
             "if its lines are legitimately longer, or retries if it only happens sometimes.",
+            FailureKind.RESPONSE_TOO_LARGE: "lower max_tokens for this backend, or raise "
+            "max_response_bytes if answers this large are expected.",
         }.get(failure.kind, "check the server's health; raise retries for a flaky gateway.")
         return ModelError(
             failure.kind,

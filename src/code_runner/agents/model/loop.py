@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,11 @@ class ModelLoopAgent:
         outcome = AgentOutcome(AgentStop.ERROR, error="the round did not finish")
         try:
             while True:
+                if _passed(ctx.deadline):
+                    outcome = self._outcome(
+                        AgentStop.TIMEOUT, answer, turns, "the run's timeout has passed"
+                    )
+                    return outcome
                 exceeded = self.budget.check(turns)
                 if exceeded is not None:
                     outcome = self._outcome(
@@ -81,9 +87,14 @@ class ModelLoopAgent:
                 tag = {"round": ctx.round_index, "turn": turns + 1}
                 try:
                     turn = client.complete(
-                        messages, specs, deadline=self.budget.deadline(), tag=tag
+                        messages,
+                        specs,
+                        deadline=_nearer(self.budget.deadline(), ctx.deadline),
+                        tag=tag,
                     )
                 except ModelError as exc:
+                    if exc.kind is FailureKind.DEADLINE and _passed(ctx.deadline):
+                        continue  # the check at the top says the run's time is up
                     if exc.kind is FailureKind.DEADLINE and self.budget.check(turns) is not None:
                         continue  # the check at the top names the budget that ran out
                     outcome = self._outcome(AgentStop.ERROR, answer, turns, exc.render())
@@ -188,6 +199,15 @@ class ModelLoopAgent:
             budget=budget,
             usage=self.budget.summary(),
         )
+
+
+def _nearer(one: float | None, other: float | None) -> float | None:
+    """The earlier of two optional deadlines."""
+    return min((d for d in (one, other) if d is not None), default=None)
+
+
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def tool_schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:

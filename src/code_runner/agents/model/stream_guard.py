@@ -4,6 +4,8 @@ The `openai` SDK decodes SSE without a line or time limit and lets whatever a ba
 causes escape from its iterator (`json.JSONDecodeError`, `UnicodeDecodeError`). The guard
 wraps the response's byte iterator so that
 
+- an answer larger than `max_response_bytes` ends the stream (`ResponseTooLarge`), however
+  its lines are cut, before the turn and its transcript line can grow without bound;
 - a line longer than `max_line_bytes` ends the stream (`MalformedStream`) before it can
   fill memory;
 - an answer still arriving after `limit_s` ends it (`StreamTooLong`), even when bytes keep
@@ -27,6 +29,7 @@ from openai._streaming import ServerSentEvent, SSEDecoder
 
 EVIDENCE_BYTES = 1024  # at most this much of a bad body goes into the transcript
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
@@ -36,6 +39,14 @@ class MalformedStream(Exception):
     def __init__(self, message: str, evidence: bytes | str = b"") -> None:
         super().__init__(message)
         self.message = message
+        self.evidence = evidence_text(evidence)
+
+
+class ResponseTooLarge(Exception):
+    """The answer of one turn is larger than the cap; `evidence` is its first bytes."""
+
+    def __init__(self, message: str, evidence: bytes) -> None:
+        super().__init__(message)
         self.evidence = evidence_text(evidence)
 
 
@@ -68,10 +79,17 @@ def evidence_text(data: bytes | str, *, around: int = 0) -> str:
 class StreamGuard:
     """The limits of one streamed request, and what its body looked like so far."""
 
-    def __init__(self, *, limit_s: float, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(
+        self,
+        *,
+        limit_s: float,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
         self.started = time.monotonic()
         self.limit_s = limit_s
         self.max_line_bytes = max_line_bytes
+        self.max_response_bytes = max_response_bytes
         self.received = 0
         self.head = bytearray()  # the body's first bytes
         self._line = 0  # length of the line being received
@@ -85,6 +103,12 @@ class StreamGuard:
             self.received += len(chunk)
             if len(self.head) < EVIDENCE_BYTES:
                 self.head += chunk[: EVIDENCE_BYTES - len(self.head)]
+            if self.received > self.max_response_bytes:
+                raise ResponseTooLarge(
+                    f"the answer is larger than max_response_bytes = "
+                    f"{self.max_response_bytes} bytes; it was cut there",
+                    bytes(self.head),
+                )
             self._measure(chunk)
             if time.monotonic() - self.started > self.limit_s:
                 raise StreamTooLong
@@ -153,10 +177,12 @@ def _around(doc: str, position: int) -> str:
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "EVIDENCE_BYTES",
     "ChunkShapeError",
     "GuardedDecoder",
     "MalformedStream",
+    "ResponseTooLarge",
     "StreamGuard",
     "StreamTooLong",
     "evidence_text",

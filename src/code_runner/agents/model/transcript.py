@@ -39,6 +39,7 @@ class FailureKind(StrEnum):
     STREAM_ERROR = "stream_error"  # an error event inside the stream
     STREAM_MALFORMED = "stream_malformed"  # not JSON, not UTF-8, not SSE, odd chunk, huge line
     DEADLINE = "deadline"  # a wall-clock budget ran out during the call
+    RESPONSE_TOO_LARGE = "response_too_large"  # one turn's answer passed max_response_bytes
     REPLAY = "replay"  # the recording has no answer for this call
 
 

@@ -1,0 +1,71 @@
+"""The run's `timeout_s` bounds everything in it: a tool call asking for more time than is
+left, a DoD that sleeps, and the release. A 5 s run whose agent runs `sleep 30` and whose
+DoD sleeps ends within the timeout and a small grace, is recorded as a timeout, and leaves
+no process behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from code_runner import sandbox
+from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
+from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT_S = 5.0
+GRACE_S = 4.0  # workspace, snapshot and release around the bounded parts
+
+
+def _sleepers(seconds: str) -> list[psutil.Process]:
+    found = []
+    for candidate in psutil.process_iter(["cmdline"]):
+        try:
+            argv = candidate.info["cmdline"] or []
+            sleeping = seconds in argv and any(a.endswith("sleep") for a in argv)
+            if sleeping and candidate.status() != psutil.STATUS_ZOMBIE:
+                found.append(candidate)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_slow_agent_and_a_slow_dod_end_at_the_run_timeout(tmp_path: Path, mode: str) -> None:
+    if mode == "required" and not sandbox.probe().ok:
+        pytest.skip("no working sandbox here")
+    agent_sleep = f"3{os.getpid() % 100:02d}{len(mode)}"  # a number no other test sleeps
+    dod_sleep = f"4{os.getpid() % 100:02d}{len(mode)}"
+    source = calc_repo(tmp_path)
+    before = fingerprint(source)
+    calls = [
+        call("write_file", path="calc.py", content=FIXED_BOTH),
+        cmd(f"sleep {agent_sleep}", timeout_s=600),
+        cmd("echo after the deadline"),
+    ]
+    started = time.monotonic()
+    run = attack(
+        tmp_path,
+        calls,
+        sandbox=mode,
+        source=source,
+        # fails at once on base; once fixed, it would pass after a long sleep
+        command=f"grep -q 'a [*] b' calc.py && sleep {dod_sleep}",
+        timeout_s=TIMEOUT_S,
+    )
+    took = time.monotonic() - started
+    held(f"{mode}: the run ended near its timeout ({took:.1f} s)", took < TIMEOUT_S + GRACE_S)
+    held(f"{mode}: recorded as a timeout", run.result["reason"] == "run_timeout", dump(run))
+    held(f"{mode}: not recorded as passed", run.result["status"] == "failed")
+    commands = [r for r in run.tool_results if r["name"] == "run_command"]
+    held(f"{mode}: the sleep was cut at the deadline", commands[0]["error"] == "TIMEOUT")
+    held(f"{mode}: no command starts after it", "not run" in commands[1]["summary"])
+    held(f"{mode}: the agent's sleep is gone", not _sleepers(agent_sleep))
+    held(f"{mode}: the DoD's sleep is gone", not _sleepers(dod_sleep))
+    held(f"{mode}: the source is unchanged", fingerprint(source) == before)
+    held(f"{mode}: recorded within the timeout", run.result["duration_s"] < TIMEOUT_S + GRACE_S)

@@ -1,0 +1,69 @@
+"""The bytes a run may write to its workspace (work tree, git dir, HOME, TMPDIR) are bounded
+by `limits.disk_mb`: an agent that writes past it ends the run with `disk_budget`, a message
+that names the limit, and no further tool call; the workspace is removed and the source is
+unchanged. Files written in the work tree, in HOME (without the sandbox) and by the DoD all
+count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from code_runner import sandbox
+from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
+from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint
+
+pytestmark = pytest.mark.integration
+
+LIMITS = {"disk_mb": 5}
+WRITERS = {
+    "work tree": "head -c 20000000 /dev/zero > calc.bin",
+    "many small files": "mkdir -p d && for i in $(seq 1 2000); do head -c 4096 /dev/zero "
+    "> d/$i; done",
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("where", WRITERS)
+def test_writing_past_the_disk_budget_ends_the_run(tmp_path: Path, mode: str, where: str) -> None:
+    if mode == "required" and not sandbox.probe().ok:
+        pytest.skip("no working sandbox here")
+    source = calc_repo(tmp_path)
+    before = fingerprint(source)
+    calls = [cmd(WRITERS[where]), call("write_file", path="calc.py", content=FIXED_BOTH)]
+    run = attack(tmp_path, calls, sandbox=mode, source=source, limits=LIMITS)
+    held(f"{mode}/{where}: the run ended on its budget", run.result["reason"] == "disk_budget")
+    held(f"{mode}/{where}: not passed", run.result["status"] == "failed", dump(run))
+    held(f"{mode}/{where}: the message names the limit", "disk_mb = 5" in run.result["error"])
+    held(f"{mode}/{where}: no call after it", len(run.tool_results) == 1, dump(run))
+    held(f"{mode}/{where}: the source is unchanged", fingerprint(source) == before)
+
+
+def test_writing_to_home_counts_without_the_sandbox(tmp_path: Path) -> None:
+    # (in the sandbox HOME is a tmpfs of tmp_mb per command, gone after it)
+    source = calc_repo(tmp_path)
+    calls = [
+        cmd('head -c 20000000 /dev/zero > "$HOME/cache.bin"'),
+        call("write_file", path="calc.py", content=FIXED_BOTH),
+    ]
+    run = attack(tmp_path, calls, sandbox="off", source=source, limits=LIMITS)
+    held("writes to HOME end the run", run.result["reason"] == "disk_budget", dump(run))
+    held("no call after it", len(run.tool_results) == 1, dump(run))
+
+
+def test_the_dod_writing_past_the_budget_ends_the_run(tmp_path: Path) -> None:
+    source = calc_repo(tmp_path)
+    calls = [call("write_file", path="calc.py", content=FIXED_BOTH)]
+    command = "grep -q 'a [*] b' calc.py && head -c 20000000 /dev/zero > out.bin"
+    run = attack(tmp_path, calls, sandbox="off", source=source, limits=LIMITS, command=command)
+    held("the DoD's writes end the run", run.result["reason"] == "disk_budget", dump(run))
+
+
+def test_a_run_within_its_budget_passes(tmp_path: Path) -> None:
+    calls = [
+        cmd("head -c 1000000 /dev/zero > scratch.bin"),
+        call("write_file", path="calc.py", content=FIXED_BOTH),
+    ]
+    run = attack(tmp_path, calls, sandbox="off", limits=LIMITS)
+    assert run.result["status"] == "passed", dump(run)
