@@ -162,6 +162,10 @@ def result_command(file: Path, as_json: bool) -> int:
     """Show a result file (or an output dir's); exit 0 iff dod_passed.
 
     An experiment's run dir: exit 0 iff it succeeded."""
+    if not file.exists():
+        raise UsageError(
+            f"{file} does not exist.", fix="pass a run's output dir or its *.result.json."
+        )
     if _is_experiment(file):
         experiment = load_experiment_result(file)
         if as_json:

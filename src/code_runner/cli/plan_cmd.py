@@ -1,4 +1,4 @@
-"""`plan ...`: check a plan file and print the plan format."""
+"""`plan ...`: validate a plan file, run it, show its state, list plans, export the commits."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ from code_runner.plans.commands import show_argv
 from code_runner.plans.report import plan_status
 from code_runner.plans.store import PlanStore
 from code_runner.repo import git
+
+allow_cmd_option = click.option(
+    "--allow-cmd",
+    "allow_cmd",
+    multiple=True,
+    metavar="ARGV_JSON",
+    help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.',
+)
 
 
 @click.group("plan")
@@ -71,13 +79,7 @@ def _print(validation: Validation, source_given: bool) -> None:
 @click.option(
     "--base", default="HEAD", show_default=True, help="The commit the first item starts from."
 )
-@click.option(
-    "--allow-cmd",
-    "allow_cmd",
-    multiple=True,
-    metavar="ARGV_JSON",
-    help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.',
-)
+@allow_cmd_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def validate_command(
     plan_file: Path, source: Path | None, base: str, allow_cmd: tuple[str, ...], as_json: bool
@@ -159,13 +161,7 @@ _EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
     show_default=True,
     help="Seconds each item may run.",
 )
-@click.option(
-    "--allow-cmd",
-    "allow_cmd",
-    multiple=True,
-    metavar="ARGV_JSON",
-    help='Approve one command, as a JSON list: \'["python","-m","pytest"]\'.',
-)
+@allow_cmd_option
 @click.option(
     "--output-dir",
     type=click.Path(path_type=Path, file_okay=False),

@@ -207,14 +207,21 @@ def remove_group(group: Path) -> None:
     """Remove `group` and the groups under it (each must be empty of processes)."""
     subdirs = sorted((Path(d) for d, _, _ in os.walk(group)), key=lambda p: -len(p.parts))
     for here in subdirs:
-        for _ in range(20):
-            try:
-                here.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.02)
+        remove_cgroup_dir(here)
+
+
+def remove_cgroup_dir(group: Path, *, tries: int = 20, wait_s: float = 0.02) -> bool:
+    """rmdir a cgroup, retrying while the kernel still counts a dying process in it;
+    True once it is gone."""
+    for _ in range(tries):
+        try:
+            group.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(wait_s)
+    return False
 
 
 def end_run(run_id: str) -> tuple[int, ...]:

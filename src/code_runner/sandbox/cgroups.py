@@ -16,7 +16,6 @@ import contextlib
 import functools
 import os
 import shlex
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,14 +145,7 @@ class CgroupSet:
     def remove(self) -> None:
         """Remove the groups (empty once the command's PID namespace is gone)."""
         for here in reversed(self.dirs):
-            for _ in range(_REMOVE_TRIES):
-                try:
-                    here.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            tracking.remove_cgroup_dir(here, tries=_REMOVE_TRIES, wait_s=0.05)
         self.dirs = [d for d in self.dirs if d.exists()]
 
 
