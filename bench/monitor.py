@@ -157,7 +157,7 @@ def timeout_kill(root: Path, repeat: int, grace_s: float) -> dict[str, float]:
             interval="0.5",
             type="generic",
         )
-        assert result.state.value == "timed_out", result
+        assert result.state.value == "timeout", result
         gone.append(result.kill.last_gone_s)
         survivors += len(result.kill.survivors)
     return {

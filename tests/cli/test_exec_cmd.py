@@ -58,7 +58,7 @@ def test_a_repeated_sigterm_does_not_cut_the_kill_short(tmp_path: Path) -> None:
     assert monitor.returncode == 130, err
     assert "interrupted (SIGTERM)" in err and "Traceback" not in err
     result = load_result(run_dir)
-    assert result.interrupted and result.state.value == "killed"
+    assert result.interrupted and result.state.value == "stopped_by_user"
     assert result.kill is not None and result.kill.needed_sigkill >= 1 and not result.kill.survivors
     for pid in child:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"

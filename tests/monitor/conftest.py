@@ -11,6 +11,7 @@ import pytest
 
 from code_runner.monitor.spec import MIN_INTERVAL_ENV
 from tests.helpers.monitor import PY, PtySession
+from tests.helpers.monitor_jobs import end_leftover_jobs
 
 
 @pytest.fixture
@@ -39,3 +40,10 @@ def pty_session(tmp_path: Path) -> Iterator[Any]:
         if session.proc.poll() is None:
             session.proc.kill()
             session.proc.wait()
+
+
+@pytest.fixture
+def no_leftover_jobs(tmp_path: Path) -> Iterator[None]:
+    """A failing test must not leave its job (tests.helpers.monitor_jobs.JOB) running."""
+    yield
+    end_leftover_jobs(tmp_path)

@@ -62,3 +62,14 @@ def test_compare_two_runs_as_table_json_and_csv(tmp_path: Path) -> None:
     )
     assert [r["state"] for r in table_csv] == ["completed", "completed"]
     assert table_csv[0]["command"].endswith("--lr 0.1")
+
+
+def test_compare_of_a_path_that_is_no_run_dir_says_so(tmp_path: Path) -> None:
+    ran = run_exec(tmp_path, [*FAST, "--", PY, "-c", "print('ok')"])
+    assert ran.code == 0, ran.err
+    wrong = run_exec(tmp_path, ["compare", str(ran.run_dir), str(tmp_path / "nope")])
+    assert wrong.code == 2
+    assert f"not an exec run dir (no status.json): {tmp_path / 'nope'}" in wrong.err
+    assert "Traceback" not in wrong.err and "cannot start" not in wrong.err
+    bare = run_exec(tmp_path, ["compare"])
+    assert bare.code == 2 and "needs the run dirs to compare" in bare.err

@@ -202,7 +202,7 @@ def test_sigterm_to_the_monitor_stops_the_tree(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "interrupted (SIGTERM)" in err and "Traceback" not in err
     result = load_result(run_dir)
-    assert result.state.value == "killed" and result.interrupted
+    assert result.state.value == "stopped_by_user" and result.interrupted
     assert gone(child)
 
 

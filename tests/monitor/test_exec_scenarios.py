@@ -47,7 +47,7 @@ def test_silent_hang_is_flat_and_the_timeout_kills(tmp_path: Path) -> None:
     assert ran.code == 124
     assert "exceeded its timeout" in ran.err and "Fix:" in ran.err
     result = ran.result()
-    assert result.state.value == "timed_out" and result.exit_code == 124
+    assert result.state.value == "timeout" and result.exit_code == 124
     stall = next(a for a in result.alerts if a.kind == "STALL_SUSPECTED")
     assert stall.data["cpu_state"] == "flat" and "likely hung" in stall.detail
     assert result.kill is not None and result.kill.survivors == ()

@@ -50,7 +50,7 @@ def test_confirm_tail_diagnose_then_kill(tmp_path: Path, pty_session: Any) -> No
     code_ = s.wait()
     assert code_ == 1, s.text()
     result = load_result(run_dir)
-    assert result.state.value == "killed" and result.stop_reason == "killed by the user"
+    assert result.state.value == "stopped_by_user" and result.stop_reason == "killed by the user"
     assert [a.action for a in result.answers] == ["show_diagnosis", "kill"]
     assert result.kill is not None and result.kill.survivors == ()
     assert "answer" in [e["kind"] for e in _events(run_dir)]
@@ -75,7 +75,7 @@ def test_repeat_once_then_quiet_and_adjust_the_timeout(tmp_path: Path, pty_sessi
     adjusted = [e for e in _events(run_dir) if e["kind"] == "thresholds_adjusted"]
     assert adjusted and adjusted[0]["changes"] == {"timeout_s": 2.0, "stall_checks": 50}
     result = load_result(run_dir)
-    assert result.state.value == "timed_out" and result.duration_s < 4
+    assert result.state.value == "timeout" and result.duration_s < 4
 
 
 TRAIN = """

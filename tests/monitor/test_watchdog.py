@@ -5,13 +5,11 @@ tests check through /proc that the job ran until its timeout and that nothing su
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,93 +18,17 @@ import pytest
 from code_runner.monitor.orphans import collect_orphans, registry_dir
 from code_runner.monitor.result import load_result
 from tests.helpers.monitor import PY, wait_for
+from tests.helpers.monitor_jobs import BASE, EXEC, JOB, dead
+from tests.helpers.monitor_jobs import event_kinds as _events
+from tests.helpers.monitor_jobs import job_pids as _pids
+from tests.helpers.monitor_jobs import read_status as _status
+from tests.helpers.monitor_jobs import start_monitor as _start
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fast_checks")]
-
-# The job starts a helper in its own session (as DataLoader workers or a daemon would),
-# writes both pids, then works forever: only the hard timeout may end it.
-JOB = """
-import os, subprocess, sys, time
-helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
-                          start_new_session=True)
-open("pids.txt", "w").write(f"{os.getpid()} {helper.pid}")
-while True:
-    print("working", flush=True)
-    time.sleep(0.2)
-"""
-EXEC = [PY, "-m", "code_runner.cli.exec_cmd"]
-BASE = ["--interval", "0.1", "--grace", "0.3"]
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers(tmp_path: Path) -> Iterator[None]:
-    """A failing test must not leave its job running: end what pids.txt names (only while
-    it still runs in this test's directory, so a reused pid is never touched)."""
-    yield
-    with contextlib.suppress(OSError, ValueError):
-        for pid in [int(p) for p in (tmp_path / "pids.txt").read_text().split()]:
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve():
-                    os.kill(pid, signal.SIGKILL)
-
-
-def _pids(tmp_path: Path) -> list[int]:
-    assert wait_for(
-        lambda: (tmp_path / "pids.txt").exists() and (tmp_path / "pids.txt").read_text()
-    )
-    return [int(p) for p in (tmp_path / "pids.txt").read_text().split()]
-
-
-def dead(pid: int) -> bool:
-    """No live process has this pid (/proc): gone, or a zombie (this test process may be the
-    subreaper a killed monitor's orphans were re-parented to; it reaps them here)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    if state == "Z":
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-        return True
-    return False
-
-
-def _status(run_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((run_dir / "status.json").read_text())
-    return data
-
-
-def _events(run_dir: Path) -> list[str]:
-    lines = (run_dir / "events.jsonl").read_text().splitlines()
-    return [json.loads(line)["kind"] for line in lines]
-
-
-def _start(tmp_path: Path, run_dir: Path, timeout: str) -> subprocess.Popen[bytes]:
-    (tmp_path / "job.py").write_text(JOB)
-    monitor = subprocess.Popen(
-        [
-            *EXEC,
-            "--yes",
-            "--run-dir",
-            str(run_dir),
-            "--cwd",
-            str(tmp_path),
-            *BASE,
-            "--timeout",
-            timeout,
-            "--",
-            PY,
-            "job.py",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    assert wait_for(
-        lambda: (run_dir / "status.json").exists() and _status(run_dir).get("watchdog_pid")
-    )
-    return monitor
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.usefixtures("fast_checks"),
+    pytest.mark.usefixtures("no_leftover_jobs"),
+]
 
 
 def test_sighup_detaches_the_monitor_which_still_enforces_the_timeout(
@@ -130,10 +52,10 @@ def test_sighup_detaches_the_monitor_which_still_enforces_the_timeout(
     assert code == 124
     assert time.monotonic() - began >= 2.0
     result = load_result(run_dir)
-    assert result.state.value == "timed_out"
+    assert result.state.value == "timeout"
     assert result.kill is not None and result.kill.survivors == ()
     assert dead(job) and dead(helper)
-    assert _status(run_dir)["finished"] is True and _status(run_dir)["state"] == "timed_out"
+    assert _status(run_dir)["finished"] is True and _status(run_dir)["state"] == "timeout"
     s.master = os.open(os.devnull, os.O_RDONLY)  # the fixture closes it
 
 
@@ -161,7 +83,7 @@ def test_monitor_sigkilled_watchdog_holds_the_timeout_and_finishes_the_record(
     assert json.loads(as_json.stdout)["status"]["watchdog_pid"] == watchdog
     assert wait_for(lambda: (run_dir / "result.json").exists(), 20)
     result = load_result(run_dir)
-    assert result.state.value == "timed_out" and result.exit_code == 124
+    assert result.state.value == "timeout" and result.exit_code == 124
     assert result.stop_reason is not None and "watchdog" in result.stop_reason
     assert result.kill is not None and result.kill.survivors == ()
     assert result.kill.signalled >= 2
@@ -193,7 +115,7 @@ def test_gc_finds_a_record_whose_monitor_and_watchdog_are_dead(tmp_path: Path) -
     assert found[0].action.startswith("restarted its watchdog")
     # the new watchdog holds the same deadline and finishes the record
     assert wait_for(lambda: (run_dir / "result.json").exists(), 20)
-    assert load_result(run_dir).state.value == "timed_out"
+    assert load_result(run_dir).state.value == "timeout"
     assert wait_for(lambda: dead(job) and dead(helper), 5)
     assert collect_orphans() == []
     assert not list(registry_dir().glob("*.json"))  # finished records leave the list
@@ -216,13 +138,13 @@ def test_gc_finishes_a_record_past_its_deadline(tmp_path: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     found = json.loads(listed.stdout)["experiments"]
     assert found[0]["run_dir"] == str(run_dir.resolve())
-    assert found[0]["action"] == "finished it as timed_out" and found[0]["killed"] >= 2
+    assert found[0]["action"] == "finished it as timeout" and found[0]["killed"] >= 2
     assert dead(job) and dead(helper)
     assert load_result(run_dir).kill is not None
     shown = subprocess.run(
         [PY, "-m", "code_runner", "status", str(run_dir)], capture_output=True, text=True
     )
-    assert "TIMED_OUT" in shown.stdout
+    assert "TIMEOUT" in shown.stdout
 
 
 def test_a_setsid_escapee_without_the_token_is_killed_at_the_timeout(tmp_path: Path) -> None:
@@ -257,7 +179,6 @@ def test_a_setsid_escapee_without_the_token_is_killed_at_the_timeout(tmp_path: P
 
 def test_detach_prints_the_run_dir_and_the_run_goes_on(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    began = time.monotonic()
     done = subprocess.run(
         [
             *EXEC,
@@ -271,7 +192,7 @@ def test_detach_prints_the_run_dir_and_the_run_goes_on(tmp_path: Path) -> None:
             "--",
             PY,
             "-c",
-            "import time; time.sleep(1.5); print('done')",
+            "import os, time\nwhile not os.path.exists('go'): time.sleep(0.05)\nprint('done')",
         ],
         capture_output=True,
         text=True,
@@ -280,8 +201,10 @@ def test_detach_prints_the_run_dir_and_the_run_goes_on(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == str(run_dir)
-    assert time.monotonic() - began < 1.5 + 1.0
+    # the job waits for `go`: exec returned while it runs, not when it ended
     assert not (run_dir / "result.json").exists()
+    assert _status(run_dir)["state"] == "running"
+    (tmp_path / "go").write_text("")
     watched = subprocess.run(
         [PY, "-m", "code_runner", "watch", "--interval", "0.1", "--timeout", "30", str(run_dir)],
         capture_output=True,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -232,15 +233,30 @@ _COMPARE_FLAGS = ("--json", "--csv")
 
 
 def _is_compare(command: tuple[str, ...]) -> bool:
-    """`exec compare RUN_DIR...`: every other word a flag of compare's or a run dir."""
+    """`exec compare RUN_DIR...`: every other word a flag of compare's or a run dir, or
+    no program called `compare` on PATH (then a wrong run dir gets compare's own error)."""
     if command[:1] != ("compare",):
         return False
     dirs = [a for a in command[1:] if a not in _COMPARE_FLAGS]
-    return bool(dirs) and all((Path(d) / "status.json").is_file() for d in dirs)
+    if dirs and all((Path(d) / "status.json").is_file() for d in dirs):
+        return True
+    return shutil.which("compare") is None
 
 
 def _compare(args: tuple[str, ...]) -> None:
-    rows = compare_runs([Path(a) for a in args if a not in _COMPARE_FLAGS])
+    dirs = [a for a in args if a not in _COMPARE_FLAGS]
+    if not dirs:
+        raise UsageError(
+            "exec compare needs the run dirs to compare",
+            fix="run: code-runner exec compare RUN_DIR [RUN_DIR...] [--json|--csv]",
+        )
+    wrong = [d for d in dirs if not (Path(d) / "status.json").is_file()]
+    if wrong:
+        raise UsageError(
+            "not an exec run dir (no status.json): " + ", ".join(wrong),
+            fix="pass the run dirs `code-runner exec` printed (./code-runner-exec/<time-id>)",
+        )
+    rows = compare_runs([Path(d) for d in dirs])
     if "--json" in args:
         click.echo(json.dumps(rows, indent=2))
     elif "--csv" in args:
@@ -293,7 +309,7 @@ def _maybe_choose_type(spec: ExperimentSpec, detection: Detection, ui: PlainUI) 
 
 
 def _exit_for(result: ExperimentResult, spec: ExperimentSpec, run_dir: Path, source: str) -> None:
-    if result.state is ExperimentState.TIMED_OUT:
+    if result.state is ExperimentState.TIMEOUT:
         raise RunTimeout(
             f"`{spec.display_command}` exceeded its timeout of {result.timeout_s:g} s and was "
             f"stopped with its whole process tree; the record is in {run_dir}",

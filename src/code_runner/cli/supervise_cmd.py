@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import psutil
@@ -27,6 +27,11 @@ from code_runner.cli.inspect_cmd import locate
 from code_runner.clock import utc_now
 from code_runner.errors import EnvironmentProblem, RecordError, UsageError
 from code_runner.record import RecordPaths, summary
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from code_runner.monitor import ExperimentLine
 
 _POLL_S = 0.2
 
@@ -79,9 +84,16 @@ def stop_command(run_dir: Path, wait_s: float, as_json: bool) -> int:
     """End a running run cleanly from another terminal (any backend).
 
     The agent's processes are killed, the workspace is released and the record is
-    finished with status `interrupted`, reason `stopped`. Exit 0 once it has finished,
-    124 if it is still finishing after --wait.
+    finished with status `interrupted`, reason `stopped`. An experiment's run dir
+    (`code-runner exec`) ends `stopped_by_user` with its whole process tree. Exit 0 once
+    it has finished, 124 if it is still finishing after --wait.
     """
+    if (run_dir / "status.json").is_file():
+        return _stop_experiment(run_dir, wait_s, as_json)
+    return _stop_task(run_dir, wait_s, as_json)
+
+
+def _stop_task(run_dir: Path, wait_s: float, as_json: bool) -> int:
     status_path, _ = locate(run_dir)
     status = _status(status_path)
     paths = _paths(status_path, status)
@@ -126,6 +138,33 @@ def stop_command(run_dir: Path, wait_s: float, as_json: bool) -> int:
         out.print(f"{status['task_id']}: {final.get('state')}; record at {paths.result}")
     elif wait_s:
         out.print(f"{status['task_id']}: still finishing after {wait_s:g} s")
+    return 0 if finished or not wait_s else 124
+
+
+def _stop_experiment(run_dir: Path, wait_s: float, as_json: bool) -> int:
+    from code_runner.monitor import load_result, request_stop
+
+    out = render.console(stderr=as_json)
+    asked = request_stop(run_dir)
+    if asked.already_finished:
+        out.print(f"{run_dir}: already finished ({asked.state}); nothing to stop", markup=False)
+        if as_json:
+            render.print_json({"stopped": False, "state": asked.state})
+        return 0
+    how = "SIGTERM to its monitor" if asked.by == "monitor" else "its watchdog ends it"
+    out.print(f"{run_dir}: stop requested ({how}, pid {asked.pid})", markup=False)
+    result_path = run_dir / "result.json"
+    deadline = time.monotonic() + wait_s
+    while wait_s and not result_path.exists() and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    finished = result_path.exists()
+    state = load_result(run_dir).state.value if finished else asked.state
+    if as_json:
+        render.print_json({"stopped": finished, "by": asked.by, "state": state})
+    elif finished:
+        out.print(f"{run_dir}: {state}; report in {run_dir / 'experiment_result.md'}", markup=False)
+    elif wait_s:
+        out.print(f"{run_dir}: still finishing after {wait_s:g} s", markup=False)
     return 0 if finished or not wait_s else 124
 
 
@@ -213,17 +252,38 @@ def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
     Status is the normalized one (SUCCESS, PARTIAL, BLOCKED_NEEDS_DECISION, FAILED),
     derived from evidence; `mismatch` counts where the worker's claim disagreed.
     """
+    from code_runner.monitor import collect_experiments, experiment_totals
+
     moment = summary.parse_since(since) if since else None
     lines, skipped = summary.collect(runs_root, since=moment)
+    experiments, unreadable = collect_experiments(runs_root, since=moment)
     totals = summary.totals(lines)
     if as_json:
         render.print_json(
-            {"runs": [line.to_dict() for line in lines], "totals": totals, "skipped": skipped}
+            {
+                "runs": [line.to_dict() for line in lines],
+                "totals": totals,
+                "skipped": skipped,
+                "experiments": [line.to_dict() for line in experiments],
+                "experiment_totals": experiment_totals(experiments),
+                "experiments_skipped": unreadable,
+            }
         )
         return 0
     out = render.console()
-    if not lines:
+    if not lines and not experiments:
         out.print(f"no runs under {runs_root}" + (f" since {since}" if since else ""))
+        return 0
+    if lines or not experiments:
+        _print_tasks(out, lines, totals, skipped)
+    if experiments or unreadable:
+        _print_experiments(out, experiments, unreadable)
+    return 0
+
+
+def _print_tasks(
+    out: Console, lines: list[summary.RunLine], totals: dict[str, Any], skipped: int
+) -> None:
     for line in lines:
         mismatch = f", {line.mismatches} mismatch(es)" if line.mismatches else ""
         out.print(
@@ -238,7 +298,29 @@ def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
         f"total {totals['duration_s']:.1f} s"
         + (f"; {skipped} other file(s) skipped" if skipped else "")
     )
-    return 0
+
+
+def _print_experiments(out: Console, lines: list[ExperimentLine], unreadable: int) -> None:
+    """The `exec` runs: started, state, success by the job's own criteria, command."""
+    from code_runner.monitor import experiment_totals
+
+    out.print("experiments (code-runner exec):")
+    for line in lines:
+        verdict = {True: "criteria met", False: "criteria NOT met", None: "running"}
+        out.print(
+            f"{line.started_at[:19]:19} {line.state:16} {line.duration_s:8.1f} s  "
+            f"{verdict[line.success]:16} {line.command}"
+            + (f" ({line.alerts} alert(s))" if line.alerts else ""),
+            markup=False,
+        )
+    totals = experiment_totals(lines)
+    states = ", ".join(f"{k} {v}" for k, v in totals["by_state"].items())
+    out.print(
+        f"{totals['experiments']} experiment(s): {states or 'none'}; "
+        f"criteria met {totals['succeeded']}; total {totals['duration_s']:.1f} s"
+        + (f"; {unreadable} unreadable run dir(s) skipped" if unreadable else ""),
+        markup=False,
+    )
 
 
 __all__ = ["attach_command", "stop_command", "summarize_command"]

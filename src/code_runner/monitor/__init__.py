@@ -9,6 +9,7 @@ from code_runner.monitor.detach import start_detached
 from code_runner.monitor.detect import Detection, detect_type
 from code_runner.monitor.experiment import Experiment
 from code_runner.monitor.launch import check_launchable
+from code_runner.monitor.listing import ExperimentLine, collect_experiments, experiment_totals
 from code_runner.monitor.orphans import Orphan, collect_orphans
 from code_runner.monitor.record import ExperimentRecord, check_run_dir, default_run_dir
 from code_runner.monitor.report import render_report, render_status
@@ -20,6 +21,7 @@ from code_runner.monitor.spec import (
     load_experiment_spec,
 )
 from code_runner.monitor.state import ExperimentState
+from code_runner.monitor.stop import StopRequest, request_stop
 from code_runner.monitor.ui import PlainUI, TerminalUI, choose_ui
 from code_runner.monitor.validate import (
     RunVerdict,
@@ -32,6 +34,7 @@ from code_runner.monitor.validate import (
 __all__ = [
     "Detection",
     "Experiment",
+    "ExperimentLine",
     "ExperimentRecord",
     "ExperimentResult",
     "ExperimentSpec",
@@ -40,16 +43,19 @@ __all__ = [
     "Orphan",
     "PlainUI",
     "RunVerdict",
+    "StopRequest",
     "TerminalUI",
     "Validation",
     "build_spec",
     "check_launchable",
     "check_run_dir",
     "choose_ui",
+    "collect_experiments",
     "collect_orphans",
     "compare_runs",
     "default_run_dir",
     "detect_type",
+    "experiment_totals",
     "judge_runs",
     "load_experiment_spec",
     "load_result",
@@ -59,5 +65,6 @@ __all__ = [
     "render_report",
     "render_status",
     "render_validation",
+    "request_stop",
     "start_detached",
 ]

@@ -265,7 +265,7 @@ class Experiment:
         except (KeyboardInterrupt, _Terminated) as exc:
             interrupted = exc.signal_name if isinstance(exc, _Terminated) else "SIGINT"
             self.record.emit(MonitorEvent.SIGNAL_RECEIVED, signal=interrupted)
-            self.stop_reason = f"interrupted ({interrupted})"
+            self.stop_reason = self.record.stop_reason() or f"interrupted ({interrupted})"
         finally:
             self.cleaning_up = True
             if launched.poll() is None:
@@ -466,7 +466,7 @@ class Experiment:
 
     def _stop_text(self, interrupted: str | None) -> str | None:
         if interrupted is not None:
-            return f"interrupted ({interrupted})"
+            return self.record.stop_reason() or f"interrupted ({interrupted})"
         if self.timed_out:
             return "timeout"
         if self.stop_reason is not None:
@@ -477,10 +477,8 @@ class Experiment:
 
     def _final_state(self, returncode: int | None) -> ExperimentState:
         if self.timed_out:
-            return ExperimentState.TIMED_OUT
-        if self.stop_reason is not None:
-            return ExperimentState.KILLED
-        if self.early_stop_sent:
+            return ExperimentState.TIMEOUT
+        if self.stop_reason is not None or self.early_stop_sent:
             return ExperimentState.STOPPED_BY_USER
         if returncode == 0:
             return ExperimentState.COMPLETED

@@ -82,6 +82,7 @@ class ExperimentRecord:
         self.report_path = run_dir / "experiment_result.md"
         self.spec_path = run_dir / "spec.json"
         self.watchdog_path = run_dir / "watchdog.json"
+        self.stop_request_path = run_dir / "stop.json"  # written by `code-runner stop`
         self.opened_s = time.monotonic()
         self._seq = 0
         if reopen:  # a watchdog finishing a dead monitor's record: events continue its count
@@ -116,6 +117,15 @@ class ExperimentRecord:
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
+
+    def stop_reason(self) -> str | None:
+        """Why the run is being stopped, when `code-runner stop` asked (None otherwise)."""
+        try:
+            data = json.loads(self.stop_request_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        by = data.get("by_pid") if isinstance(data, dict) else None
+        return "stopped by `code-runner stop`" + (f" (pid {by})" if isinstance(by, int) else "")
 
     def plot_path(self, metric: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in metric)[:60]

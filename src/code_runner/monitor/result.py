@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from code_runner.errors import RecordError
 from code_runner.monitor.collect import ExpectedOutput
 from code_runner.monitor.criteria import CriterionOutcome
 from code_runner.monitor.launch import KillReport
-from code_runner.monitor.state import ExperimentState
+from code_runner.monitor.state import RENAMED, ExperimentState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 __all__ = [
     "AlertRecord",
@@ -121,6 +121,22 @@ class ExperimentResult(_Frozen):
     run_id: str = ""
     provenance: dict[str, Any] = {}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        """Read an older record as today's (each version's change named in `v1_to_v2`)."""
+        if isinstance(data, dict) and data.get("schema_version", 1) == 1:
+            return v1_to_v2(data)
+        return data
+
+
+def v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 speaks the seed's status words: `timed_out` is `timeout`, `killed` is
+    `stopped_by_user` (only a person's kill, Ctrl-C or `stop` ended a run that way)."""
+    state = data.get("state")
+    renamed = RENAMED.get(state) if isinstance(state, str) else None
+    return {**data, "schema_version": 2, **({"state": renamed.value} if renamed else {})}
+
 
 def load_result(run_dir: Path) -> ExperimentResult:
     """Read `RUN_DIR/result.json`, or say clearly why it cannot be read."""
@@ -133,9 +149,16 @@ def load_result(run_dir: Path) -> ExperimentResult:
             fix="the experiment may still be running (see status.json) or the path is wrong",
         ) from None
     try:
-        return ExperimentResult.model_validate_json(text)
+        result = ExperimentResult.model_validate_json(text)
     except ValidationError as exc:
         raise RecordError(
             f"{path} is not a valid experiment result: {exc.error_count()} problems",
             fix="the file was edited or written by another version; re-run the experiment",
         ) from None
+    if result.schema_version > SCHEMA_VERSION:
+        raise RecordError(
+            f"{path} was written by a newer code-runner (schema {result.schema_version}; this "
+            f"one reads up to {SCHEMA_VERSION})",
+            fix="upgrade code-runner to read it",
+        )
+    return result

@@ -22,9 +22,15 @@ from code_runner.monitor.state import ExperimentState
 
 
 def finish_orphan(
-    record: ExperimentRecord, *, timed_out: bool, kill: KillReport | None
+    record: ExperimentRecord,
+    *,
+    timed_out: bool,
+    kill: KillReport | None,
+    stopped: str | None = None,
 ) -> ExperimentResult:
-    """Write the result of a run whose monitor died, from what its record holds."""
+    """Write the result of a run whose monitor died, from what its record holds.
+
+    `stopped` says why a person ended it (`code-runner stop`), when one did."""
     record = ExperimentRecord.reopen(record.run_dir)
     spec = ExperimentSpec.model_validate_json(record.spec_path.read_text(encoding="utf-8"))
     status = record.read_status()
@@ -34,14 +40,7 @@ def finish_orphan(
         (tuple(e.get("reasons", ())) for e in events if e.get("kind") == "type_detected"), ()
     )
     started = next((str(e["at"]) for e in events if e.get("kind") == "run_started"), utc_now())
-    state = ExperimentState.TIMED_OUT if timed_out else ExperimentState.CRASHED
-    monitor = status.get("monitor_pid", "?")
-    reason = (
-        f"timeout, enforced by the watchdog: the monitor (pid {monitor}) had died"
-        if timed_out
-        else f"the monitor (pid {monitor}) died; the command ended before its timeout with an "
-        "exit code nobody could read"
-    )
+    state, reason = _ending(timed_out, stopped, status.get("monitor_pid", "?"))
     record.emit(
         MonitorEvent.STATE_CHANGED, from_state="running", to_state=state.value, by="watchdog"
     )
@@ -53,7 +52,7 @@ def finish_orphan(
         signal=None,
         duration_s=round(_since(started), 3),
         started_at=started,
-        kill=KillSummary(reason="timeout", **kill.model_dump()) if kill else None,
+        kill=KillSummary(reason=stopped or "timeout", **kill.model_dump()) if kill else None,
         leftovers_killed=0,
         checks=int(status.get("check_no", 0)),
         peak_rss_bytes=int(status.get("rss_bytes") or 0),
@@ -74,6 +73,21 @@ def finish_orphan(
         {**status, "state": state.value, "finished": True, "finished_by": "watchdog"}
     )
     return result
+
+
+def _ending(timed_out: bool, stopped: str | None, monitor: object) -> tuple[ExperimentState, str]:
+    if timed_out:
+        return (
+            ExperimentState.TIMEOUT,
+            f"timeout, enforced by the watchdog: the monitor (pid {monitor}) had died",
+        )
+    if stopped is not None:
+        return ExperimentState.STOPPED_BY_USER, f"{stopped}; the monitor (pid {monitor}) had died"
+    return (
+        ExperimentState.CRASHED,
+        f"the monitor (pid {monitor}) died; the command ended before its timeout with an "
+        "exit code nobody could read",
+    )
 
 
 def _alerts(events: list[dict[str, Any]]) -> list[AlertRecord]:

@@ -14,9 +14,12 @@ class ExperimentState(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     CRASHED = "crashed"
-    TIMED_OUT = "timed_out"
-    KILLED = "killed"
-    STOPPED_BY_USER = "stopped_by_user"  # an early stop asked for: the job saved and exited
+    TIMEOUT = "timeout"  # the hard timeout ended it (the monitor's or the watchdog's)
+    STOPPED_BY_USER = "stopped_by_user"  # a person ended it: an early stop, a kill, `stop`
+
+
+# The words of schema 1 records, read back as today's.
+RENAMED = {"timed_out": ExperimentState.TIMEOUT, "killed": ExperimentState.STOPPED_BY_USER}
 
 
 TRANSITIONS: dict[ExperimentState, frozenset[ExperimentState]] = {
@@ -25,15 +28,13 @@ TRANSITIONS: dict[ExperimentState, frozenset[ExperimentState]] = {
         {
             ExperimentState.COMPLETED,
             ExperimentState.CRASHED,
-            ExperimentState.TIMED_OUT,
-            ExperimentState.KILLED,
+            ExperimentState.TIMEOUT,
             ExperimentState.STOPPED_BY_USER,
         }
     ),
     ExperimentState.COMPLETED: frozenset(),
     ExperimentState.CRASHED: frozenset(),
-    ExperimentState.TIMED_OUT: frozenset(),
-    ExperimentState.KILLED: frozenset(),
+    ExperimentState.TIMEOUT: frozenset(),
     ExperimentState.STOPPED_BY_USER: frozenset(),
 }
 

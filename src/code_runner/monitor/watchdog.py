@@ -214,6 +214,11 @@ def hold(record: ExperimentRecord) -> str:
         if not tree.alive():
             finish_orphan(record, timed_out=False, kill=None)
             return "finished"
+        stopped = record.stop_reason()
+        if stopped is not None:
+            record.emit(MonitorEvent.SIGNAL_RECEIVED, by="watchdog", note=stopped)
+            finish_orphan(record, timed_out=False, kill=tree.kill(config.grace_s), stopped=stopped)
+            return "stopped"
         if now >= deadline:
             record.emit(MonitorEvent.TIMEOUT, by="watchdog", deadline_at=deadline)
             finish_orphan(record, timed_out=True, kill=tree.kill(config.grace_s))
