@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 import code_runner.proc.tracking as tracking
+from code_runner.proc.outputs import open_no_follow
 from code_runner.proc.signals import signals_deferred
 from code_runner.proc.tree import (
     DEFAULT_GRACE_S,
@@ -263,9 +264,12 @@ def spawn(
     prefix, group = _run_prefix(env, token)
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "ab" if append else "wb"
+    flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
     args = tuple(argv)
-    with stdout_path.open(mode) as out_f, stderr_path.open(mode) as err_f:
+    with (
+        os.fdopen(open_no_follow(stdout_path, flags), "wb") as out_f,
+        os.fdopen(open_no_follow(stderr_path, flags), "wb") as err_f,
+    ):
         started = time.monotonic()
         popen = subprocess.Popen(
             (*prefix, *args),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 import code_runner.proc.tracking as tracking
+from code_runner.proc.outputs import open_no_follow
 from code_runner.proc.process import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -108,7 +109,7 @@ def _not_started(
     argv: tuple[str, ...], cwd: str, err_path: Path, exc: OSError, started: float
 ) -> ProcResult:
     message = f"could not start {argv[0]!r}: {exc.strerror or exc}"
-    with err_path.open("ab") as err_f:
+    with os.fdopen(open_no_follow(err_path, os.O_WRONLY | os.O_APPEND), "ab") as err_f:
         err_f.write(f"{message}\n".encode())
     return ProcResult(
         argv=argv,

@@ -90,11 +90,16 @@ def _result_path(target: Path) -> Path:
     return found[0]
 
 
+# what an apply or a reject rests on: the result, the request, the patch, and the story of
+# the run (an edited status or event is refused like an edited result)
+_SEALED = ("result.json", "request.json", "patch", "status.json", "events.jsonl")
+
+
 def load(target: Path) -> FinishedRun:
     """Load and check a finished run's record; raise `RecordError` on any gap or mismatch."""
     result_path = _result_path(target)
     task_id = result_path.name.removesuffix(".result.json")
-    seal.verify(RecordPaths(result_path.parent, task_id), ("result.json", "request.json", "patch"))
+    seal.verify(RecordPaths(result_path.parent, task_id), _SEALED)
     result = load_result(result_path)
     missing = [k for k in ("base", "patch_sha256") if not getattr(result, k)]
     if missing:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from code_runner import proc
+from code_runner import files, proc
 from code_runner.verify.assertion import Assertion, parse_assertion
 from code_runner.verify.judge import Verdict, judge
 
@@ -95,6 +95,4 @@ def _append_log(
         "",
         "",
     ]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a", encoding="utf-8", errors="replace") as f:
-        f.write("\n".join(lines))
+    files.append_text(log_path, "\n".join(lines))

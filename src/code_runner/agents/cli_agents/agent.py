@@ -20,12 +20,14 @@ from typing import Any, Protocol
 
 import code_runner.agents.cli_agents.supervisor as supervisor
 import code_runner.agents.cli_agents.tmux as tmux
+from code_runner import proc
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
 from code_runner.agents.cli_agents.translate import Translator
 from code_runner.agents.redact import redact
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
+from code_runner.files import atomic_write_text
 from code_runner.record import RecordPaths
 from code_runner.task import contract
 from code_runner.tools.base import ToolRunner
@@ -165,8 +167,7 @@ class CliAgent:
 
     def run_round(self, ctx: RoundContext, tools: ToolRunner, events: EventSink) -> AgentOutcome:
         paths = ctx.record_paths or _scratch_paths(ctx)
-        agent_dir = paths.agent_dir
-        agent_dir.mkdir(parents=True, exist_ok=True)
+        agent_dir = proc.real_dir(paths.agent_dir)  # a link planted at its name is replaced
         index = ctx.round_index
         prompt = contract.build_prompt(
             ctx.task,
@@ -175,7 +176,7 @@ class CliAgent:
             previous=ctx.previous_verdict,
         )
         prompt_file = agent_dir / f"round-{index}.prompt.md"
-        prompt_file.write_text(prompt, encoding="utf-8")
+        atomic_write_text(prompt_file, prompt, durable=False)
         env = _base_env(ctx, agent_dir)
         home = Path(env["HOME"])
         program = find_program(self.program, env.get("PATH")) or self.program
