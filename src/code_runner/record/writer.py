@@ -64,7 +64,7 @@ class RunRecord:
         output_dir.mkdir(parents=True, exist_ok=True)
         paths = RecordPaths(output_dir, task_id)
         record = cls(paths, run_id, max_rounds=max_rounds)
-        record._lock_fd = _take_lock(paths)
+        record._lock_fd = take_lock(paths)
         try:
             for suffix in _RUN_FILES:
                 paths.file(suffix).unlink(missing_ok=True)
@@ -314,8 +314,11 @@ _RUN_FILES = (
 )
 
 
-def _take_lock(paths: RecordPaths) -> int:
-    """An exclusive flock on `{task_id}.lock`, never through a symlink; LockHeld if taken."""
+def take_lock(paths: RecordPaths) -> int:
+    """An exclusive flock on `{task_id}.lock`, never through a symlink; LockHeld if taken.
+
+    A run holds it while it writes its record, and an apply or a reject while it decides
+    on it: neither starts while the other goes on."""
     try:
         fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
@@ -330,9 +333,9 @@ def _take_lock(paths: RecordPaths) -> int:
     except BlockingIOError:
         os.close(fd)
         raise LockHeld(
-            f"another run of task {paths.task_id!r} is writing its record in "
+            f"another run, apply or reject of task {paths.task_id!r} is writing its record in "
             f"{paths.output_dir} ({paths.lock} is held).",
-            fix="wait for it to finish (`code-runner watch`), or give this run another "
-            "output_dir or task_id.",
+            fix="wait for it to finish (`code-runner watch` follows a run), then try again; a "
+            "new run can take another output_dir or task_id.",
         ) from None
     return fd
