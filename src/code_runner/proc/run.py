@@ -23,6 +23,7 @@ from code_runner.proc.process import (
     DEFAULT_TAIL_BYTES,
     TIMEOUT_EXIT_CODE,
     ProcResult,
+    StopCheck,
     spawn,
 )
 from code_runner.proc.tree import DEFAULT_GRACE_S, RUN_ID_ENV, signal_group
@@ -74,8 +75,10 @@ def run(
     head_bytes: int = DEFAULT_HEAD_BYTES,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     grace_s: float = DEFAULT_GRACE_S,
+    stop_when: StopCheck | None = None,
 ) -> ProcResult:
-    """Run `argv` to completion or timeout, killing its whole tree either way.
+    """Run `argv` to completion or timeout, killing its whole tree either way; also when
+    `stop_when` (asked while it runs) returns True (`ProcResult.stopped`).
 
     A program that cannot be started is exit code 127 with the reason in stderr, as in a
     shell, not an exception.
@@ -99,6 +102,7 @@ def run(
             head_bytes=head_bytes,
             tail_bytes=tail_bytes,
             grace_s=grace_s,
+            stop_when=stop_when,
         )
     finally:
         if scratch is not None:
