@@ -166,6 +166,10 @@ class CliAgent:
         }
 
     def run_round(self, ctx: RoundContext, tools: ToolRunner, events: EventSink) -> AgentOutcome:
+        if ctx.deadline is not None and ctx.deadline <= time.monotonic():
+            return AgentOutcome(
+                AgentStop.TIMEOUT, error="not started: the run's timeout had passed"
+            )
         paths = ctx.record_paths or _scratch_paths(ctx)
         agent_dir = proc.real_dir(paths.agent_dir)  # a link planted at its name is replaced
         index = ctx.round_index
@@ -230,8 +234,8 @@ class CliAgent:
 
     def _limits(self, ctx: RoundContext) -> supervisor.SupervisionLimits:
         timeout = self.settings.timeout_s or _MAX_ROUND_S
-        if ctx.deadline is not None:
-            timeout = min(timeout, max(1.0, ctx.deadline - time.monotonic()))
+        if ctx.deadline is not None:  # the run's timeout bounds the round exactly
+            timeout = min(timeout, max(0.0, ctx.deadline - time.monotonic()))
         return supervisor.SupervisionLimits(
             timeout_s=timeout,
             idle_timeout_s=self.settings.idle_timeout_s,
