@@ -1,6 +1,7 @@
 """status.json and events.jsonl are sealed like the result: an edit made after the run, to
 tell another story of it, is refused by `result` and `apply` (exit 5, naming the file), and
-nothing is committed; the seal's entries cannot be swapped with another record's."""
+nothing is committed; the seal's entries cannot be swapped with another record's. For a root
+runner and a runner that is not root."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from code_runner.record import seal
 from tests.helpers.attacks import held
 from tests.helpers.git import git
 from tests.helpers.tasks import FIXED_BOTH, calc_repo, run_cli, write, write_task
+from tests.security.unprivileged import Nobody, nobody
 
 pytestmark = pytest.mark.integration
+__all__ = ["nobody"]  # a fixture
 
 DOD = "grep -q 'a [*] b' calc.py"
 AUTHOR = "Ann <ann@example.com>"
@@ -131,3 +134,25 @@ def test_an_edited_status_or_event_log_is_refused(
             ran.stderr,
         )
     held(f"record seal: nothing committed after {edit}", git(source, "rev-parse", "HEAD") == head)
+
+
+def test_an_edited_event_log_is_refused_for_a_non_root_runner(nobody: Nobody) -> None:
+    source = calc_repo(nobody.root)
+    spec = write_task(nobody.root, source, [[write("calc.py", FIXED_BOTH)]], command=DOD)
+    assert nobody.run(spec).returncode == 0
+    out = nobody.root / "out"
+    for edit in (_edit_status, _rewrite_event):
+        saved = {p: p.read_bytes() for p in out.iterdir() if p.is_file()}
+        named = edit(out)
+        ran = nobody.cli("result", str(out))
+        held(
+            f"record seal: {edit.__name__} is refused for a non-root runner",
+            ran.returncode == 5 and named in ran.stderr and "Traceback" not in ran.stderr,
+            ran.stderr,
+        )
+        for path, data in saved.items():
+            path.write_bytes(data)
+    held(
+        "record seal: the restored record is accepted",
+        nobody.cli("result", str(out)).returncode == 0,
+    )
