@@ -48,7 +48,7 @@ def _first(checks: tuple[EndingCheck, ...], moment: Moment) -> tuple[Ending, str
 def test_each_check_alone() -> None:
     calm = Moment(elapsed_s=1.0, silent_s=1.0, exit_code=None)
     assert WallClock(5).check(calm) is None
-    assert WallClock(0.5).check(calm) == (Ending.TIMEOUT, "the CLI ran longer than 0.50 s")
+    assert WallClock(0.5).check(calm) == (Ending.TIMEOUT, "the CLI ran longer than 0.5 s")
     assert IdleTimeout(5).check(calm) is None
     assert IdleTimeout(0.5).check(calm) == (Ending.IDLE_TIMEOUT, "the CLI wrote nothing for 0.5 s")
     assert StopRequested(lambda: False).check(calm) is None

@@ -242,7 +242,7 @@ class WallClock:
 
     def check(self, moment: Moment) -> tuple[Ending, str] | None:
         if moment.elapsed_s > self.timeout_s:
-            return Ending.TIMEOUT, f"the CLI ran longer than {self.timeout_s:.2f} s"
+            return Ending.TIMEOUT, f"the CLI ran longer than {self.timeout_s:.3g} s"
         return None
 
 
