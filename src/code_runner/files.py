@@ -130,25 +130,39 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, dumps(data), durable=durable)
 
 
-def append_jsonl(path: Path, data: Any) -> None:
+def append_jsonl(path: Path, data: Any) -> bytes:
+    """Append `data` as one JSON line; the bytes appended (a sealed log feeds its MAC)."""
     line = _escape_surrogates(json.dumps(data, sort_keys=True, ensure_ascii=False, default=str))
-    line += "\n"
+    raw = (line + "\n").encode("utf-8", "surrogateescape")
     with _disk_full_is_typed(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # never through a symlink planted where a log will be (a shared output dir)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        # never through a link planted where a log will be (a shared output dir, mid-run)
+        fd = proc.open_no_follow(path, os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, line.encode("utf-8", "surrogateescape"))
+            os.write(fd, raw)
         finally:
             os.close(fd)
+    return raw
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append `text` to a log a person reads (verifier.log), never through a planted link."""
+    with (
+        _disk_full_is_typed(path),
+        os.fdopen(proc.open_no_follow(path, os.O_WRONLY | os.O_APPEND), "ab") as f,
+    ):
+        f.write(text.encode("utf-8", "replace"))
+
+
+def touch(path: Path) -> None:
+    """Make `path` exist (empty if new), never through a planted link."""
+    os.close(proc.open_no_follow(path, os.O_WRONLY))
 
 
 def reserve(path: Path, size: int) -> None:
     """Hold `size` bytes of the disk in `path`, to be given back by `release_reserve` when
     the disk is full and a last write (a final status) must still succeed."""
     with _disk_full_is_typed(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = proc.open_no_follow(path, os.O_WRONLY | os.O_TRUNC, 0o600)
         try:
             block = memoryview(b"\0" * size)  # real blocks: a sparse file reserves nothing
             while block:

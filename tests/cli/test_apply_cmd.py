@@ -139,7 +139,7 @@ def test_a_tampered_or_incomplete_record_is_refused(
     assert proc.returncode == 5 and "incomplete" in proc.stderr
     status.write_text(saved.replace('"passed"', '"agent"'))
     proc = invoke(capsys, "reject", str(out))
-    assert proc.returncode == 5 and "not the finished state" in proc.stderr
+    assert proc.returncode == 5 and f"{status} was changed after the run" in proc.stderr
     assert source_state(source) == before
     assert invoke(capsys, "apply", str(tmp_path / "nowhere")).returncode == 2
 

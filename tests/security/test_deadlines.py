@@ -1,11 +1,14 @@
 """The run's `timeout_s` bounds everything in it: a tool call asking for more time than is
 left, a DoD that sleeps, and the release. A 5 s run whose agent runs `sleep 30` and whose
 DoD sleeps ends within the timeout and a small grace, is recorded as a timeout, and leaves
-no process behind."""
+no process behind. An agent CLI's round is cut at the run's timeout exactly, however little
+time is left when it starts."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import pytest
 
 from code_runner import sandbox
 from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
-from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint
+from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint, run_cli, write_task
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +72,43 @@ def test_a_slow_agent_and_a_slow_dod_end_at_the_run_timeout(tmp_path: Path, mode
     held(f"{mode}: the DoD's sleep is gone", not _sleepers(dod_sleep))
     held(f"{mode}: the source is unchanged", fingerprint(source) == before)
     held(f"{mode}: recorded within the timeout", run.result["duration_s"] < TIMEOUT_S + GRACE_S)
+
+
+CLI_TIMEOUT_S = 4.0
+CLI_AGENT = """
+import json, pathlib, sys, time
+events, mark, timeout_s = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), float(sys.argv[3])
+if mark.exists():
+    time.sleep(30)  # round 2: far past the run's end
+else:
+    mark.touch()  # round 1: end a moment before the run's timeout
+    now = json.loads(events.read_text().splitlines()[-1])["elapsed_s"]
+    time.sleep(max(0.0, timeout_s - 1.0 - now))
+print(json.dumps({"type": "done"}), flush=True)
+"""
+
+
+def test_a_cli_round_that_starts_just_before_the_timeout_ends_at_it(tmp_path: Path) -> None:
+    source = calc_repo(tmp_path)
+    agent = tmp_path / "agent.py"
+    agent.write_text(CLI_AGENT)
+    events = tmp_path / "out/fix-calc.events.jsonl"
+    words = [sys.executable, str(agent), str(events), str(tmp_path / "mark"), str(CLI_TIMEOUT_S)]
+    spec = write_task(
+        tmp_path,
+        source,
+        [[], []],
+        command="false",
+        sandbox="off",
+        backend="command:-- " + " ".join(words),
+        timeout_s=CLI_TIMEOUT_S,
+    )
+    ran = run_cli("run", str(spec))
+    found = [json.loads(line) for line in events.read_text().splitlines()]
+    rounds = [e for e in found if e["kind"] == "cli_finished"]
+    result = json.loads((tmp_path / "out/fix-calc.result.json").read_text())
+    held("cli deadline: recorded as a timeout", result["reason"] == "run_timeout", ran.stderr)
+    late = [e["duration_s"] for e in rounds[1:] if e["duration_s"] >= 0.9]
+    held("cli deadline: a late round gets no minimum of time", late == [], rounds)
+    ends = [e["elapsed_s"] for e in rounds]
+    held("cli deadline: no round outlives the run", max(ends) < CLI_TIMEOUT_S + 0.5, ends)

@@ -2,7 +2,8 @@
 by `limits.disk_mb`: an agent that writes past it ends the run with `disk_budget`, a message
 that names the limit, and no further tool call; the workspace is removed and the source is
 unchanged. Files written in the work tree, in HOME (without the sandbox) and by the DoD all
-count."""
+count. A single command that keeps writing is killed while it runs, soon after it passes the
+budget, not when it ends."""
 
 from __future__ import annotations
 
@@ -67,3 +68,24 @@ def test_a_run_within_its_budget_passes(tmp_path: Path) -> None:
     ]
     run = attack(tmp_path, calls, sandbox="off", limits=LIMITS)
     assert run.result["status"] == "passed", dump(run)
+
+
+ENDLESS = "i=0; while :; do head -c 1000000 /dev/zero > w$i; i=$((i+1)); done"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_command_writing_without_end_is_killed_as_it_passes_the_budget(
+    tmp_path: Path, mode: str
+) -> None:
+    if mode == "required" and not sandbox.probe().ok:
+        pytest.skip("no working sandbox here")
+    calls = [cmd(ENDLESS, timeout_s=120), call("write_file", path="calc.py", content=FIXED_BOTH)]
+    run = attack(tmp_path, calls, sandbox=mode, limits=LIMITS)
+    details = run.tool_results[0]["details"]
+    held(f"{mode}/endless: the run ended on its budget", run.result["reason"] == "disk_budget")
+    held(
+        f"{mode}/endless: the command was killed mid-run, long before its timeout",
+        details["duration_s"] < 30,
+        dump(run),
+    )
+    held(f"{mode}/endless: no call after it", len(run.tool_results) == 1, dump(run))

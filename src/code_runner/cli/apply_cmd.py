@@ -99,33 +99,61 @@ def apply_command(
     --unsandboxed, or when the run's spec said `sandbox: off`.
     """
     out = render.console(stderr=as_json)
-    run = finished.load(run_dir)
+    if check:  # changes nothing: no lock, so it can run beside a decision
+        return _check(out, finished.load(run_dir), commit, author, run_hooks, as_json, unsandboxed)
+    # LockHeld (exit 3) while the run goes on, or another apply or reject decides on it
+    with finished.locked(run_dir) as run:
+        return _apply(out, run, run_dir, commit, author, run_hooks, as_json, unsandboxed)
+
+
+def _check(
+    out: Console,
+    run: finished.FinishedRun,
+    commit: bool,
+    author: str | None,
+    run_hooks: bool,
+    as_json: bool,
+    unsandboxed: bool,
+) -> int:
     identity = apply.GitIdentity.parse(author) if author else None
-    if not check:
-        record = RunRecord.reopen(run.paths)
-        repaired = decide.repair_first(run, record)
-        if repaired is not None:
-            out.print(f"[yellow]repaired an interrupted apply:[/] {repaired.action}")
-            if repaired.action == "needs you":
-                raise ApplyRefused(
-                    f"an interrupted apply could not be repaired: {repaired.detail}",
-                    fix=f"restore those paths by hand, then delete {repaired.journal}.",
-                )
-            run = finished.load(run_dir)
     plan = decide.plan(run, commit=commit, author=identity)
     _show_plan(out, run, plan, commit=commit, hooks=run_hooks)
-    if check:
-        out.print("checking the DoD on HEAD + patch in a disposable checkout …")
-        verdict = decide.check_dod(run, plan, unsandboxed=unsandboxed)
-        report = {"would_apply": True, "would_pass": verdict.passed, "plan": plan.to_dict()}
-        if as_json:
-            render.print_json(report | {"verdict": verdict.to_dict()})
-        else:
-            mark = "[green]would pass[/]" if verdict.passed else "[red]would fail[/]"
-            out.print(f"applies cleanly; DoD {mark} — {escape(verdict.reason)}")
-            _show_dod_output(out, verdict)
-            out.print("nothing was changed.")
-        return 0 if verdict.passed else 1
+    out.print("checking the DoD on HEAD + patch in a disposable checkout …")
+    verdict = decide.check_dod(run, plan, unsandboxed=unsandboxed)
+    report = {"would_apply": True, "would_pass": verdict.passed, "plan": plan.to_dict()}
+    if as_json:
+        render.print_json(report | {"verdict": verdict.to_dict()})
+    else:
+        mark = "[green]would pass[/]" if verdict.passed else "[red]would fail[/]"
+        out.print(f"applies cleanly; DoD {mark} — {escape(verdict.reason)}")
+        _show_dod_output(out, verdict)
+        out.print("nothing was changed.")
+    return 0 if verdict.passed else 1
+
+
+def _apply(
+    out: Console,
+    run: finished.FinishedRun,
+    run_dir: Path,
+    commit: bool,
+    author: str | None,
+    run_hooks: bool,
+    as_json: bool,
+    unsandboxed: bool,
+) -> int:
+    identity = apply.GitIdentity.parse(author) if author else None
+    record = RunRecord.reopen(run.paths)
+    repaired = decide.repair_first(run, record)
+    if repaired is not None:
+        out.print(f"[yellow]repaired an interrupted apply:[/] {repaired.action}")
+        if repaired.action == "needs you":
+            raise ApplyRefused(
+                f"an interrupted apply could not be repaired: {repaired.detail}",
+                fix=f"restore those paths by hand, then delete {repaired.journal}.",
+            )
+        run = finished.load(run_dir)
+    plan = decide.plan(run, commit=commit, author=identity)
+    _show_plan(out, run, plan, commit=commit, hooks=run_hooks)
     with proc.signals_as_interrupt(_interrupted):
         outcome = decide.apply_run(
             run,
@@ -184,8 +212,8 @@ def _report(out: Console, outcome: apply.ApplyOutcome) -> None:
 @click.option("--reason", help="Why (kept in result.json).")
 def reject_command(run_dir: Path, reason: str | None) -> int:
     """Mark a finished run rejected in its record; it will never be applied."""
-    run = finished.load(run_dir)
-    changed = decide.reject(run, reason, RunRecord.reopen(run.paths))
+    with finished.locked(run_dir) as run:  # LockHeld (exit 3) while a run or an apply holds it
+        changed = decide.reject(run, reason, RunRecord.reopen(run.paths))
     out = render.console()
     out.print(f"run {run.run_id} rejected" if changed else f"run {run.run_id} was already rejected")
     return 0

@@ -178,7 +178,8 @@ def result_command(file: Path, as_json: bool) -> int:
         if not found:
             raise UsageError(f"{file} holds no *.result.json.", fix="has the run finished?")
         file = found[-1]
-    seal.verify_record_of(file, ("result.json", "patch"))  # RecordError (5) if changed
+    # RecordError (5) if any was changed after the run
+    seal.verify_record_of(file, ("result.json", "patch", "status.json", "events.jsonl"))
     result = load_result(file)
     if as_json:
         render.print_json(result.to_json())

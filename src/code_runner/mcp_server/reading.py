@@ -8,12 +8,14 @@ never from what a process printed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 from code_runner.record.finished import FinishedRun
 from code_runner.record.finished import load as load_finished
+from code_runner.record.finished import locked as locked_finished
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import load_result
 from code_runner.record.writer import RunRecord
@@ -118,6 +120,11 @@ def _patch(paths: RecordPaths) -> dict[str, Any]:
 def finished_run(output_dir: Path) -> FinishedRun:
     """The checked record apply and reject act on (`RecordError` when it is not whole)."""
     return load_finished(output_dir)
+
+
+def locked_run(output_dir: Path) -> contextlib.AbstractContextManager[FinishedRun]:
+    """`finished_run` under the record's lock, as `code-runner apply` takes it."""
+    return locked_finished(output_dir)
 
 
 def reopened(run: FinishedRun) -> RunRecord:

@@ -11,11 +11,12 @@ from typing import Any
 
 import code_runner.mcp_server.reading as reading
 from code_runner import runner
-from code_runner.apply import decide
+from code_runner.apply import ApplyOutcome, decide
 from code_runner.apply.commit import GitIdentity
 from code_runner.mcp_server.limits import Limits, Refused
 from code_runner.mcp_server.log import ServerLog
 from code_runner.mcp_server.runs import TASK, Entry, Registry, new_id, python_argv
+from code_runner.record.finished import FinishedRun
 from code_runner.task import MAX_SPEC_BYTES, validate_spec_data
 from code_runner.task.spec import TASK_ID_PATTERN
 
@@ -145,6 +146,14 @@ def decide_on(
             "plan": plan.to_dict(),
         }
     limits.apply_allowed()
+    with reading.locked_run(entry.output_dir) as run:  # LockHeld while a run or apply holds it
+        outcome = _apply(entry, run, mode, identity, log)
+    return {"run_id": entry.run_id, "mode": mode, "ok": outcome.ok, **outcome.result_fields()}
+
+
+def _apply(
+    entry: Entry, run: FinishedRun, mode: str, identity: GitIdentity | None, log: ServerLog
+) -> ApplyOutcome:
     record = reading.reopened(run)
     repaired = decide.repair_first(run, record)
     if repaired is not None:
@@ -157,12 +166,12 @@ def decide_on(
     log.write("applied", run_id=entry.run_id, mode=mode, ok=outcome.ok, commit=outcome.commit)
     if outcome.refused:
         raise Refused(outcome.error or "the apply was refused.", fix="see the run's events.jsonl.")
-    return {"run_id": entry.run_id, "mode": mode, "ok": outcome.ok, **outcome.result_fields()}
+    return outcome
 
 
 def reject(entry: Entry, reason: str | None) -> dict[str, Any]:
-    run = reading.finished_run(entry.output_dir)
-    changed = decide.reject(run, reason, reading.reopened(run))
+    with reading.locked_run(entry.output_dir) as run:  # LockHeld while a run or apply holds it
+        changed = decide.reject(run, reason, reading.reopened(run))
     return {"run_id": entry.run_id, "rejected": True, "already_rejected": not changed}
 
 

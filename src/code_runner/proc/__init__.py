@@ -9,6 +9,7 @@ what they left even after they cleared their environment. `signals_as_interrupt`
 `signals_deferred` are the one way a command turns SIGINT/SIGTERM into cleanup.
 """
 
+from code_runner.proc.outputs import open_no_follow, real_dir
 from code_runner.proc.process import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -16,6 +17,7 @@ from code_runner.proc.process import (
     TIMEOUT_EXIT_CODE,
     Process,
     ProcResult,
+    StopCheck,
     exit_code_of,
     hand_terminal,
     read_head_tail,
@@ -46,6 +48,7 @@ __all__ = [
     "Captured",
     "ProcResult",
     "Process",
+    "StopCheck",
     "become_subreaper",
     "capture",
     "describe_tracking",
@@ -55,7 +58,9 @@ __all__ = [
     "kill_tokened",
     "leftover_groups",
     "members",
+    "open_no_follow",
     "read_head_tail",
+    "real_dir",
     "remove_group",
     "run",
     "shell_argv",

@@ -16,13 +16,14 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 import code_runner.proc.tracking as tracking
+from code_runner.proc.outputs import open_no_follow
 from code_runner.proc.signals import signals_deferred
 from code_runner.proc.tree import (
     DEFAULT_GRACE_S,
@@ -70,6 +71,7 @@ class ProcResult:
     output_limited: bool = False
     signal: int | None = None
     killed_descendants: int = 0
+    stopped: bool = False  # ended because the caller's `stop_when` said so (a disk budget)
 
     @property
     def ok(self) -> bool:
@@ -81,9 +83,15 @@ class ProcResult:
             return f"timed out after {self.duration_s:.1f} s (exit {TIMEOUT_EXIT_CODE})"
         if self.output_limited:
             return f"killed: output exceeded the cap (exit {self.exit_code})"
+        if self.stopped:
+            return f"killed: it went over the run's limit (exit {self.exit_code})"
         if self.signal is not None:
             return f"killed by signal {self.signal} (exit {self.exit_code})"
         return f"exit {self.exit_code}"
+
+
+StopCheck = Callable[[], bool]
+STOP_CHECK_S = 0.5  # how often a running command's `stop_when` is asked, at the most
 
 
 class Process:
@@ -175,21 +183,23 @@ class Process:
         head_bytes: int = DEFAULT_HEAD_BYTES,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
         grace_s: float = DEFAULT_GRACE_S,
+        stop_when: StopCheck | None = None,
     ) -> ProcResult:
-        """Wait for exit, the timeout (from the start) or the output cap; the tree is gone after.
+        """Wait for exit, the timeout (from the start), the output cap or `stop_when` (asked
+        every `STOP_CHECK_S` or so: a check of the run's disk use); the tree is gone after.
 
         An interrupt while waiting (KeyboardInterrupt, a signal turned into an error) kills
         the tree before it propagates: no process is left behind.
         """
         deadline = float("inf") if timeout_s is None else self.started + timeout_s
         try:
-            timed_out, limited = self._watch(deadline, max_output_bytes)
+            timed_out, limited, stopped = self._watch(deadline, max_output_bytes, stop_when)
         except BaseException:
             self.kill_tree(grace_s)
             raise
         self.timed_out = self.timed_out or timed_out
         self.output_limited = self.output_limited or limited
-        if timed_out or limited:
+        if timed_out or limited or stopped:
             self._terminate(grace_s)
         returncode = self.popen.wait()
         killed = self._empty_group() + kill_descendants(self.token, self.pid, grace_s)
@@ -207,25 +217,36 @@ class Process:
             stderr_size=stderr_size,
             timed_out=self.timed_out,
             output_limited=self.output_limited,
+            stopped=stopped,
             signal=signal_of(returncode),
             killed_descendants=killed,
         )
 
-    def _watch(self, deadline: float, max_output_bytes: int) -> tuple[bool, bool]:
-        """Wait for exit; return (timed_out, output_limited). Polls gently, backing off."""
+    def _watch(
+        self, deadline: float, max_output_bytes: int, stop_when: StopCheck | None
+    ) -> tuple[bool, bool, bool]:
+        """Wait for exit; return (timed_out, output_limited, stopped). Polls gently, backing
+        off; `stop_when` at most every `STOP_CHECK_S`, and less often when it is slow."""
         interval = 0.005
+        next_check = time.monotonic() + STOP_CHECK_S
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return True, False
+                return True, False, False
             if self.wait_exit(min(interval, remaining)):
-                return False, False
+                return False, False, False
+            if stop_when is not None and time.monotonic() >= next_check:
+                asked = time.monotonic()
+                if stop_when():
+                    return False, False, True
+                now = time.monotonic()
+                next_check = now + max(STOP_CHECK_S, 10 * (now - asked))
             total = 0
             for path in (self.stdout_path, self.stderr_path):
                 with contextlib.suppress(OSError):
                     total += path.stat().st_size
             if total > max_output_bytes:
-                return False, True
+                return False, True, False
             interval = min(interval * 2, 0.2)
 
     def _terminate(self, grace_s: float) -> None:
@@ -263,9 +284,12 @@ def spawn(
     prefix, group = _run_prefix(env, token)
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "ab" if append else "wb"
+    flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
     args = tuple(argv)
-    with stdout_path.open(mode) as out_f, stderr_path.open(mode) as err_f:
+    with (
+        os.fdopen(open_no_follow(stdout_path, flags), "wb") as out_f,
+        os.fdopen(open_no_follow(stderr_path, flags), "wb") as err_f,
+    ):
         started = time.monotonic()
         popen = subprocess.Popen(
             (*prefix, *args),

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import IO
 
 import code_runner.proc.tracking as tracking
+from code_runner.proc.outputs import open_no_follow
 from code_runner.proc.process import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_TAIL_BYTES,
     TIMEOUT_EXIT_CODE,
     ProcResult,
+    StopCheck,
     spawn,
 )
 from code_runner.proc.tree import DEFAULT_GRACE_S, RUN_ID_ENV, signal_group
@@ -73,8 +75,10 @@ def run(
     head_bytes: int = DEFAULT_HEAD_BYTES,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     grace_s: float = DEFAULT_GRACE_S,
+    stop_when: StopCheck | None = None,
 ) -> ProcResult:
-    """Run `argv` to completion or timeout, killing its whole tree either way.
+    """Run `argv` to completion or timeout, killing its whole tree either way; also when
+    `stop_when` (asked while it runs) returns True (`ProcResult.stopped`).
 
     A program that cannot be started is exit code 127 with the reason in stderr, as in a
     shell, not an exception.
@@ -98,6 +102,7 @@ def run(
             head_bytes=head_bytes,
             tail_bytes=tail_bytes,
             grace_s=grace_s,
+            stop_when=stop_when,
         )
     finally:
         if scratch is not None:
@@ -108,7 +113,7 @@ def _not_started(
     argv: tuple[str, ...], cwd: str, err_path: Path, exc: OSError, started: float
 ) -> ProcResult:
     message = f"could not start {argv[0]!r}: {exc.strerror or exc}"
-    with err_path.open("ab") as err_f:
+    with os.fdopen(open_no_follow(err_path, os.O_WRONLY | os.O_APPEND), "ab") as err_f:
         err_f.write(f"{message}\n".encode())
     return ProcResult(
         argv=argv,

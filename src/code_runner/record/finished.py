@@ -10,8 +10,11 @@ result.json, and neither touches anything else in the record (both write through
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from code_runner.errors import RecordError, UsageError
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import RunResult, load_result
 from code_runner.record.state import TERMINAL_STATES, RunState
+from code_runner.record.writer import take_lock
 from code_runner.task import DefinitionOfDone, DodEnv
 from code_runner.task.paths import Allowlist
 
@@ -90,11 +94,44 @@ def _result_path(target: Path) -> Path:
     return found[0]
 
 
+# what an apply or a reject rests on: the result, the request, the patch, and the story of
+# the run (an edited status or event is refused like an edited result)
+_SEALED = ("result.json", "request.json", "patch", "status.json", "events.jsonl")
+
+
+def _task_ids(target: Path) -> list[str]:
+    """The tasks whose records `target` (a run dir, or its result.json) holds or will hold."""
+    if target.name.endswith(".result.json"):
+        return [target.name.removesuffix(".result.json")]
+    if not target.is_dir():
+        return []
+    names = [p.name for p in target.glob("*.result.json")] or [
+        p.name for p in target.glob("*.lock")
+    ]
+    return sorted({n.removesuffix(".result.json").removesuffix(".lock") for n in names})
+
+
+@contextlib.contextmanager
+def locked(target: Path) -> Iterator[FinishedRun]:
+    """`load` under the record's lock, held until the block ends: LockHeld (exit 3) while a
+    run writes that record or another apply or reject decides on it."""
+    held: list[int] = []
+    try:
+        for task_id in _task_ids(target):
+            held.append(
+                take_lock(RecordPaths(target if target.is_dir() else target.parent, task_id))
+            )
+        yield load(target)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def load(target: Path) -> FinishedRun:
     """Load and check a finished run's record; raise `RecordError` on any gap or mismatch."""
     result_path = _result_path(target)
     task_id = result_path.name.removesuffix(".result.json")
-    seal.verify(RecordPaths(result_path.parent, task_id), ("result.json", "request.json", "patch"))
+    seal.verify(RecordPaths(result_path.parent, task_id), _SEALED)
     result = load_result(result_path)
     missing = [k for k in ("base", "patch_sha256") if not getattr(result, k)]
     if missing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -135,11 +136,26 @@ class RecordPaths:
         return self.file("transcript.jsonl")
 
 
+def _printable_chunks(raw: Iterator[bytes]) -> Iterator[bytes]:
+    """`files.printable` over a byte stream: the agent's bytes, decoded across chunk ends,
+    with every terminal escape, control and bidi character written as its escape."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    held = ""  # a CR at a chunk's end may start a CRLF
+    for chunk in raw:
+        text = held + decoder.decode(chunk)
+        text, held = (text[:-1], "\r") if text.endswith("\r") else (text, "")
+        if text:
+            yield files.printable(text).encode("utf-8", "surrogateescape")
+    rest = held + decoder.decode(b"", final=True)
+    if rest:
+        yield files.printable(rest).encode("utf-8", "surrogateescape")
+
+
 def hunk_chunks(task_id: str, title: str, review: Path) -> Iterator[bytes]:
     """`hunk_markdown` for a review in a file, in pieces: the file is never read whole."""
-    yield f"# {task_id}: {title}\n\n```diff\n".encode()
+    yield f"# {task_id}: {files.printable(title)}\n\n```diff\n".encode("utf-8", "surrogateescape")
     last = b""
-    for chunk in files.read_chunks(review):
+    for chunk in _printable_chunks(files.read_chunks(review)):
         last = chunk
         yield chunk
     if not last:
@@ -151,5 +167,5 @@ def hunk_chunks(task_id: str, title: str, review: Path) -> Iterator[bytes]:
 
 def hunk_markdown(task_id: str, title: str, review: str) -> str:
     """The human review page for a patch: stat and full diff, rendered with `--text`."""
-    body = review if review.strip() else "(no changes)\n"
-    return f"# {task_id}: {title}\n\n```diff\n{body.rstrip()}\n```\n"
+    body = files.printable(review) if review.strip() else "(no changes)\n"
+    return f"# {task_id}: {files.printable(title)}\n\n```diff\n{body.rstrip()}\n```\n"

@@ -2,9 +2,12 @@
 
 The output dir may be shared or writable by others, so a record's bytes prove nothing by
 themselves: a failed run's result.json and patch can be rewritten with a matching
-`patch_sha256`. The runner keys an HMAC-SHA256 with a 0600 file in its state dir that only
-its user can read, and stores the MAC of result.json, request.json, the patch and the
-transcript in `{task_id}.seal.json` beside them, refreshed by `RunRecord` at every write.
+`patch_sha256`, and a status or an event can be edited to tell another story. The runner
+keys an HMAC-SHA256 with a 0600 file in its state dir that only its user can read, and
+stores the MAC of result.json, request.json, the patch, the transcript, status.json and
+events.jsonl in `{task_id}.seal.json` beside them, with one MAC over all of them, refreshed
+by `RunRecord` at every write (events.jsonl's MAC is fed line by line as events are
+appended, so sealing it never rereads the file).
 A reader checks the files it relies on (`verify`); a missing seal, or a file whose bytes
 no longer match its MAC, is a `RecordError` (exit 5) that names the file.
 """
@@ -12,11 +15,13 @@ no longer match its MAC, is a `RecordError` (exit 5) that names the file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from code_runner import dirs, files
@@ -25,8 +30,15 @@ from code_runner.record.paths import RecordPaths
 
 KEY_NAME = "record.key"
 KEY_BYTES = 32
-SEAL_VERSION = 1
-SEALED = ("result.json", "request.json", "patch", "transcript.jsonl")
+SEAL_VERSION = 2  # 2: status and events sealed, and one MAC over all the MACs
+SEALED = (
+    "result.json",
+    "request.json",
+    "patch",
+    "transcript.jsonl",
+    "status.json",
+    "events.jsonl",
+)
 _FIX = (
     "re-run the task to get a record the runner wrote; never trust an edited one (records are "
     "sealed with the key in the state dir of the user who ran them)."
@@ -63,52 +75,99 @@ def _key() -> bytes:
     return key
 
 
+def _prefix(task_id: str, name: str) -> bytes:
+    return b"\0".join([b"code-runner-record", task_id.encode(), name.encode(), b""])
+
+
 def _mac(key: bytes, task_id: str, name: str, data: bytes) -> str:
-    message = b"\0".join([b"code-runner-record", task_id.encode(), name.encode(), data])
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hmac.new(key, _prefix(task_id, name) + data, hashlib.sha256).hexdigest()
+
+
+def mac(task_id: str, name: str, data: bytes) -> str:
+    """The MAC of one record file's bytes, as the writer seals them."""
+    return _mac(_key(), task_id, name, data)
+
+
+def stream(task_id: str, name: str) -> hmac.HMAC:
+    """The MAC of a file that grows by appends (events.jsonl), fed as it is written:
+    `update` it with each appended line; its `hexdigest` is the file's MAC."""
+    return hmac.new(_key(), _prefix(task_id, name), hashlib.sha256)
 
 
 def _read(path: Path) -> bytes | None:
+    """The bytes of the regular file `path`; None when it is missing, a link or not a file
+    (a FIFO planted there never blocks the reader)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            return None
+        raise
     with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         return f.read()
 
 
-def seal(paths: RecordPaths, names: Iterable[str] = SEALED) -> None:
-    """Refresh the MACs of `names` (a missing file drops its MAC)."""
+def _top(key: bytes, task_id: str, macs: Mapping[str, str]) -> str:
+    """One MAC over every file's: entries from different seals cannot be mixed."""
+    listed = json.dumps(dict(sorted(macs.items())), sort_keys=True).encode()
+    return _mac(key, task_id, "seal.json", listed)
+
+
+def write(paths: RecordPaths, macs: Mapping[str, str], *, durable: bool = True) -> None:
+    """Write the seal holding `macs` (kept by the record's writer, never read back)."""
+    data = {
+        "seal_version": SEAL_VERSION,
+        "macs": dict(sorted(macs.items())),
+        "mac": _top(_key(), paths.task_id, macs),
+    }
+    files.atomic_write_json(paths.seal, data, durable=durable)
+
+
+def refresh(paths: RecordPaths, macs: dict[str, str], names: Iterable[str]) -> None:
+    """Recompute into `macs` the MACs of `names` from their files (a missing one drops)."""
     key = _key()
-    macs = _load(paths) or {}
     for name in names:
         data = _read(paths.file(name))
         if data is None:
             macs.pop(name, None)
         else:
             macs[name] = _mac(key, paths.task_id, name, data)
-    files.atomic_write_json(paths.seal, {"seal_version": SEAL_VERSION, "macs": macs})
 
 
-def _load(paths: RecordPaths) -> dict[str, str] | None:
+def seal(paths: RecordPaths, names: Iterable[str] = SEALED) -> None:
+    """Refresh the MACs of `names` in the seal on disk (a missing file drops its MAC)."""
+    macs = load(paths) or {}
+    refresh(paths, macs, names)
+    write(paths, macs)
+
+
+def load(paths: RecordPaths) -> dict[str, str] | None:
+    """The MACs of a seal the runner wrote; None when there is none, or it was edited."""
     raw = _read(paths.seal)
     if raw is None:
         return None
     try:
         data = json.loads(raw)
-        macs = data["macs"]
+        macs, top = data["macs"], data["mac"]
     except (ValueError, KeyError, TypeError):
         return None
-    if not isinstance(macs, dict):
+    if data.get("seal_version") != SEAL_VERSION or not isinstance(macs, dict):
         return None
-    return {str(k): str(v) for k, v in macs.items()}
+    found = {str(k): str(v) for k, v in macs.items()}
+    if not hmac.compare_digest(str(top), _top(_key(), paths.task_id, found)):
+        return None
+    return found
 
 
 def verify(paths: RecordPaths, names: Iterable[str]) -> None:
     """RecordError naming the first of `names` that is not as the runner wrote it.
 
     A name whose file is absent passes when the seal has no MAC for it either."""
-    macs = _load(paths)
+    macs = load(paths)
     if macs is None:
         raise RecordError(
             f"the run record in {paths.output_dir} has no valid seal ({paths.seal.name}), so "
@@ -138,4 +197,15 @@ def verify_record_of(result_path: Path, names: Iterable[str] = SEALED) -> None:
     verify(RecordPaths(result_path.parent, task_id), names)
 
 
-__all__ = ["SEALED", "key_path", "seal", "verify", "verify_record_of"]
+__all__ = [
+    "SEALED",
+    "key_path",
+    "load",
+    "mac",
+    "refresh",
+    "seal",
+    "stream",
+    "verify",
+    "verify_record_of",
+    "write",
+]

@@ -53,6 +53,8 @@ class RunRecord:
         self._started = time.monotonic()
         self.finished = False  # a terminal status is on disk
         self._lock_fd: int | None = None  # held by the run that writes this record
+        self._macs: dict[str, str] = {}  # the seal as this writer made it, never read back
+        self._events_mac = seal.stream(paths.task_id, "events.jsonl")
 
     @classmethod
     def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
@@ -62,7 +64,7 @@ class RunRecord:
         output_dir.mkdir(parents=True, exist_ok=True)
         paths = RecordPaths(output_dir, task_id)
         record = cls(paths, run_id, max_rounds=max_rounds)
-        record._lock_fd = _take_lock(paths)
+        record._lock_fd = take_lock(paths)
         try:
             for suffix in _RUN_FILES:
                 paths.file(suffix).unlink(missing_ok=True)
@@ -111,6 +113,10 @@ class RunRecord:
                 f"the run record's {paths.status} is not a run status ({exc!r} is wrong).",
                 fix="pass the output_dir of a run; re-run the task if its record was damaged.",
             ) from None
+        record._macs = seal.load(paths) or {}
+        with contextlib.suppress(FileNotFoundError):
+            for chunk in files.read_chunks(paths.events):
+                record._events_mac.update(chunk)
         events = [e for e in files.read_jsonl(paths.events) if isinstance(e, dict)]
         record._seq = max((e["seq"] for e in events if isinstance(e.get("seq"), int)), default=0)
         elapsed = [e["elapsed_s"] for e in events if isinstance(e.get("elapsed_s"), int | float)]
@@ -159,7 +165,8 @@ class RunRecord:
             "round": self.round,
             **data,
         }
-        files.append_jsonl(self.paths.events, event)
+        self._events_mac.update(files.append_jsonl(self.paths.events, event))
+        self._seal("events.jsonl", self._events_mac.copy().hexdigest(), durable=False)
         for listener in self._listeners:
             listener(kind, event)
 
@@ -184,9 +191,19 @@ class RunRecord:
         self.best_score = score
         self.write_status()
 
+    def _seal(self, name: str, mac: str, *, durable: bool = True) -> None:
+        self._macs[name] = mac
+        seal.write(self.paths, self._macs, durable=durable)
+
+    def _write_sealed(self, name: str, data: Any, *, durable: bool = True) -> None:
+        """A JSON file of the record, and its MAC from the very bytes written."""
+        raw = files.dumps(data).encode("utf-8", "surrogateescape")
+        files.atomic_write_bytes(self.paths.file(name), raw, durable=durable)
+        self._seal(name, seal.mac(self.paths.task_id, name, raw), durable=durable)
+
     def write_status(self) -> None:
-        files.atomic_write_json(
-            self.paths.status,
+        self._write_sealed(
+            "status.json",
             {
                 "schema_version": SCHEMA_VERSION,
                 "run_id": self.run_id,
@@ -231,8 +248,7 @@ class RunRecord:
     # --- artifacts ---------------------------------------------------------------------
 
     def write_request(self, request: dict[str, Any]) -> None:
-        files.atomic_write_json(self.paths.request, request)
-        seal.seal(self.paths, ["request.json"])
+        self._write_sealed("request.json", request)
 
     def append_round(self, details: dict[str, Any]) -> None:
         files.append_jsonl(self.paths.rounds, details)
@@ -248,29 +264,31 @@ class RunRecord:
     def write_patch(self, patch: bytes, review: str) -> str:
         files.atomic_write_bytes(self.paths.patch, patch)
         files.atomic_write_text(self.paths.hunk, review)
-        seal.seal(self.paths, ["patch"])
+        self._seal("patch", seal.mac(self.paths.task_id, "patch", patch))
         return hashlib.sha256(patch).hexdigest()
 
     def copy_patch(self, patch: Path, review: Path, *, title: str) -> tuple[str, int]:
         """The patch and its review page from files, streamed: (sha256, size) of the patch."""
         digest, size = hashlib.sha256(), 0
+        mac = seal.stream(self.paths.task_id, "patch")
 
         def counted() -> Iterator[bytes]:
             nonlocal size
             for chunk in files.read_chunks(patch):
                 digest.update(chunk)
+                mac.update(chunk)
                 size += len(chunk)
                 yield chunk
 
         files.atomic_write_chunks(self.paths.patch, counted())
         files.atomic_write_chunks(self.paths.hunk, hunk_chunks(self.paths.task_id, title, review))
-        seal.seal(self.paths, ["patch"])
+        self._seal("patch", mac.hexdigest())
         return digest.hexdigest(), size
 
     def write_result(self, result: RunResult) -> None:
         """result.json, sealed with the transcript as it stands (the run's last words)."""
-        files.atomic_write_json(self.paths.result, result.to_json())
-        seal.seal(self.paths, ["result.json", "transcript.jsonl"])
+        seal.refresh(self.paths, self._macs, ["transcript.jsonl"])  # the agent's, as it stands
+        self._write_sealed("result.json", result.to_json())
 
 
 # what a run writes in its output dir; a new run of the task id removes them first
@@ -296,8 +314,11 @@ _RUN_FILES = (
 )
 
 
-def _take_lock(paths: RecordPaths) -> int:
-    """An exclusive flock on `{task_id}.lock`, never through a symlink; LockHeld if taken."""
+def take_lock(paths: RecordPaths) -> int:
+    """An exclusive flock on `{task_id}.lock`, never through a symlink; LockHeld if taken.
+
+    A run holds it while it writes its record, and an apply or a reject while it decides
+    on it: neither starts while the other goes on."""
     try:
         fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
@@ -312,9 +333,9 @@ def _take_lock(paths: RecordPaths) -> int:
     except BlockingIOError:
         os.close(fd)
         raise LockHeld(
-            f"another run of task {paths.task_id!r} is writing its record in "
+            f"another run, apply or reject of task {paths.task_id!r} is writing its record in "
             f"{paths.output_dir} ({paths.lock} is held).",
-            fix="wait for it to finish (`code-runner watch`), or give this run another "
-            "output_dir or task_id.",
+            fix="wait for it to finish (`code-runner watch` follows a run), then try again; a "
+            "new run can take another output_dir or task_id.",
         ) from None
     return fd

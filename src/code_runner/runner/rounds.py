@@ -214,6 +214,7 @@ class RoundLoop:
             wrap_argv=self.sandbox.wrap if self.sandbox else None,
             deadline=self.deadline,
             after_call=self._check_disk,
+            during_call=self._over_budget,
         )
         try:
             return self._rounds(toolbox)
@@ -427,6 +428,7 @@ class RoundLoop:
                 log_path=self.record.paths.verifier_log,
                 label=label,
                 wrap_argv=self.sandbox.wrap if self.sandbox else None,
+                stop_when=self._over_budget,
             )
             self._check_disk()  # what the DoD wrote counts too
         self.record.emit(
@@ -440,6 +442,11 @@ class RoundLoop:
 
     def _end_agent_processes(self) -> list[int]:
         return end_agent_processes(self.ws.run_id, self.ws.root)
+
+    def _over_budget(self) -> bool:
+        """Asked while a command or the DoD runs: True kills it, and `_check_disk` after
+        it ends the run, so one command cannot write far past `limits.disk_mb`."""
+        return self.ws.written_bytes() > self.spec.limits.disk_mb * 1024 * 1024
 
     def _check_disk(self) -> None:
         """End the run if it has written more to its workspace than `limits.disk_mb`."""

@@ -81,8 +81,10 @@ class CommandTools:
         limits: ToolLimits,
         wrap_argv: ArgvWrapper | None = None,
         deadline: float | None = None,
+        stop_when: proc.StopCheck | None = None,
     ) -> None:
         self._workspace_dir = workspace_dir
+        self._stop_when = stop_when  # asked while a command runs: True ends it (disk budget)
         self._deadline = deadline  # time.monotonic() at which the run's time is up
         self._source_dir = source_dir
         self._env = scrub_env(env)
@@ -253,6 +255,7 @@ class CommandTools:
             head_bytes=head_bytes,
             tail_bytes=tail_bytes,
             max_output_bytes=max_output_bytes,
+            stop_when=self._stop_when,
         )
 
 

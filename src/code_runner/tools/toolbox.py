@@ -44,11 +44,13 @@ class Toolbox:
         wrap_argv: ArgvWrapper | None = None,
         deadline: float | None = None,
         after_call: Callable[[], None] | None = None,
+        during_call: Callable[[], bool] | None = None,
     ) -> None:
         """`deadline` (a `time.monotonic()` value) is when the run's time is up: every
         command's timeout is clipped to the time left, and none starts after it.
         `after_call` runs after every call that may write (the run's disk budget): what it
-        raises ends the round."""
+        raises ends the round. `during_call` is asked while a command runs: True kills it
+        (the disk budget, enforced within one command and then ended by `after_call`)."""
         workspace = Path(workspace_dir)
         self._events = events
         self._after_call = after_call
@@ -60,6 +62,7 @@ class Toolbox:
             limits=limits,
             wrap_argv=wrap_argv,
             deadline=deadline,
+            stop_when=during_call,
         )
         functions = (
             files.read_file,

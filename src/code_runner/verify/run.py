@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from code_runner import proc
+from code_runner import files, proc
 from code_runner.verify.assertion import Assertion, parse_assertion
 from code_runner.verify.judge import Verdict, judge
 
@@ -31,11 +31,13 @@ def run_dod(
     log_path: Path | None = None,
     label: str = "",
     wrap_argv: Callable[[Sequence[str]], list[str]] | None = None,
+    stop_when: proc.StopCheck | None = None,
 ) -> Verdict:
     """Run the DoD command in `cwd` and judge it; append a readable section to `log_path`.
 
     `wrap_argv` is the OS sandbox's wrapper (the same one the agent's commands get): the
     DoD runs under the same walls, so it cannot be used to reach what the agent cannot.
+    `stop_when` is asked while it runs (the run's disk budget): True kills it.
 
     The command's full output (up to `MATCH_HEAD_BYTES + MATCH_TAIL_BYTES` per stream) is
     matched, not just the tails a `ProcResult` carries, so a marker in the middle of a long
@@ -54,6 +56,7 @@ def run_dod(
             timeout_s=dod.timeout_s,
             stdout_path=out_path,
             stderr_path=err_path,
+            stop_when=stop_when,
         )
         full_out, _ = proc.read_head_tail(out_path, MATCH_HEAD_BYTES, MATCH_TAIL_BYTES)
         full_err, _ = proc.read_head_tail(err_path, MATCH_HEAD_BYTES, MATCH_TAIL_BYTES)
@@ -95,6 +98,4 @@ def _append_log(
         "",
         "",
     ]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a", encoding="utf-8", errors="replace") as f:
-        f.write("\n".join(lines))
+    files.append_text(log_path, "\n".join(lines))

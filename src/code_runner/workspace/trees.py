@@ -4,8 +4,10 @@ and the export of the allowlisted patch (checked to apply on a clean base)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
+from code_runner import proc
 from code_runner.files import force_rmtree
 from code_runner.workspace.layout import WorkspacePaths
 
@@ -100,7 +102,7 @@ _DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-renames", "--no-color")
 def export_patch(ws: WorkspacePaths, dest: Path) -> None:
     """Write the staged changes against base to `dest`, binary-safe (applies with `git
     apply` on base). git writes the file itself: the patch never passes through memory."""
-    with dest.open("wb") as out:
+    with os.fdopen(proc.open_no_follow(dest, os.O_WRONLY | os.O_TRUNC), "wb") as out:
         ws.repo.run(
             "diff",
             "--cached",
@@ -116,7 +118,7 @@ def export_patch(ws: WorkspacePaths, dest: Path) -> None:
 def review_diff(ws: WorkspacePaths, dest: Path) -> None:
     """Write the same diff as text for a human to `dest` (`--text`: `-diff` attributes
     cannot hide a change), streamed like the patch."""
-    with dest.open("wb") as out:
+    with os.fdopen(proc.open_no_follow(dest, os.O_WRONLY | os.O_TRUNC), "wb") as out:
         ws.repo.run(
             "diff",
             "--cached",

@@ -20,12 +20,14 @@ from typing import Any, Protocol
 
 import code_runner.agents.cli_agents.supervisor as supervisor
 import code_runner.agents.cli_agents.tmux as tmux
+from code_runner import proc
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
 from code_runner.agents.cli_agents.translate import Translator
 from code_runner.agents.redact import redact
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
+from code_runner.files import atomic_write_text
 from code_runner.record import RecordPaths
 from code_runner.task import contract
 from code_runner.tools.base import ToolRunner
@@ -164,9 +166,12 @@ class CliAgent:
         }
 
     def run_round(self, ctx: RoundContext, tools: ToolRunner, events: EventSink) -> AgentOutcome:
+        if ctx.deadline is not None and ctx.deadline <= time.monotonic():
+            return AgentOutcome(
+                AgentStop.TIMEOUT, error="not started: the run's timeout had passed"
+            )
         paths = ctx.record_paths or _scratch_paths(ctx)
-        agent_dir = paths.agent_dir
-        agent_dir.mkdir(parents=True, exist_ok=True)
+        agent_dir = proc.real_dir(paths.agent_dir)  # a link planted at its name is replaced
         index = ctx.round_index
         prompt = contract.build_prompt(
             ctx.task,
@@ -175,7 +180,7 @@ class CliAgent:
             previous=ctx.previous_verdict,
         )
         prompt_file = agent_dir / f"round-{index}.prompt.md"
-        prompt_file.write_text(prompt, encoding="utf-8")
+        atomic_write_text(prompt_file, prompt, durable=False)
         env = _base_env(ctx, agent_dir)
         home = Path(env["HOME"])
         program = find_program(self.program, env.get("PATH")) or self.program
@@ -229,8 +234,8 @@ class CliAgent:
 
     def _limits(self, ctx: RoundContext) -> supervisor.SupervisionLimits:
         timeout = self.settings.timeout_s or _MAX_ROUND_S
-        if ctx.deadline is not None:
-            timeout = min(timeout, max(1.0, ctx.deadline - time.monotonic()))
+        if ctx.deadline is not None:  # the run's timeout bounds the round exactly
+            timeout = min(timeout, max(0.0, ctx.deadline - time.monotonic()))
         return supervisor.SupervisionLimits(
             timeout_s=timeout,
             idle_timeout_s=self.settings.idle_timeout_s,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from code_runner import proc
+from code_runner import files, proc
 from code_runner.agents.cli_agents.blockers import Blocker, not_installed
 from code_runner.agents.cli_agents.tmux import PaneFiles, TmuxPane
 from code_runner.agents.cli_agents.translate import Translator
@@ -137,9 +138,11 @@ class _LineReader:
     def read(self, *, final: bool = False, max_bytes: int = _READ_CHUNK_BYTES) -> list[str]:
         """New complete lines, reading at most `max_bytes` (a flood must not stall us)."""
         try:
-            with self.path.open("rb") as f:
+            # never through a link or into a FIFO planted at the log's name
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
                 f.seek(self.offset)
-                data = f.read(max_bytes)
+                data = f.read(max_bytes) or b""
         except OSError:
             data = b""
         self.offset += len(data)
@@ -239,7 +242,7 @@ class WallClock:
 
     def check(self, moment: Moment) -> tuple[Ending, str] | None:
         if moment.elapsed_s > self.timeout_s:
-            return Ending.TIMEOUT, f"the CLI ran longer than {self.timeout_s:g} s"
+            return Ending.TIMEOUT, f"the CLI ran longer than {self.timeout_s:.3g} s"
         return None
 
 
@@ -297,8 +300,7 @@ def supervise(
     """Run `command` to one of the endings; the tree is always gone afterwards."""
     started = time.monotonic()
     for path in (command.stdout_path, command.stderr_path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        files.touch(path)  # never through a link planted at the log's name
     try:
         running = _start(command, tmux)
     except OSError as exc:

@@ -32,7 +32,7 @@ import psutil
 
 from code_runner import proc
 from code_runner.errors import EnvironmentProblem
-from code_runner.files import atomic_write_json, atomic_write_text
+from code_runner.files import atomic_write_json, atomic_write_text, touch
 
 SESSION = "agent"
 _TMUX_TIMEOUT_S = 10.0
@@ -123,6 +123,8 @@ class TmuxPane:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         atomic_write_text(files.script, _launcher(argv, cwd, files, banner))
+        for name in (files.stdout, files.stderr, files.terminal_log):
+            touch(name)  # the shell appends by name: a link planted there is replaced first
         pane = cls(tmux, socket, files, pane_env, token)
         bash = shutil.which("bash", path=env.get("PATH")) or "/bin/bash"
         pane._tmux(
@@ -147,7 +149,7 @@ class TmuxPane:
             },
             durable=False,
         )
-        files.go.touch()
+        touch(files.go)
         return pane
 
     def _tmux(self, *args: str, check: bool = True) -> str:
