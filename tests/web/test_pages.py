@@ -1,0 +1,108 @@
+"""The dashboard's pages and buttons over real run records, in process (Starlette's client)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.tasks import CALC, fingerprint
+from tests.helpers.web import Made, client, finished_task
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def runs(made: Made) -> Path:
+    return made.runs
+
+
+def test_the_runs_page_lists_every_kind_and_filters(runs: Path) -> None:
+    http, _ = client(runs)
+    page = http.get("/").text
+    assert "fix-calc" in page and "exec1" in page
+    assert "scripted:fix-calc.script.json" in page and "criteria met" in page
+    only_tasks = http.get("/", params={"kind": "task"}).text
+    assert "fix-calc" in only_tasks and "/exec/0/exec1" not in only_tasks
+    failed = http.get("/", params={"status": "failed"}).text
+    assert "/task/0/out/fix-calc" not in failed and "0 of 2 run(s)" in failed
+    future = http.get("/", params={"since": "2999-01-01"}).text
+    assert "0 of 2 run(s)" in future
+    table = http.get("/runs/table").text
+    assert "<html" not in table and "/task/0/out/fix-calc" in table
+
+
+def test_the_task_page_shows_rounds_patch_log_transcript_and_contract(runs: Path) -> None:
+    http, _ = client(runs)
+    page = http.get("/task/0/out/fix-calc").text
+    assert "Fix the calculator" in page
+    assert "best, kept" in page  # round 2 holds the patch
+    assert 'class="l-add"' in page and "calc.py" in page
+    assert "return a * b" in page.replace('<span class="o">*</span>', "*").replace(
+        '<span class="n">', ""
+    ).replace("</span>", "")
+    assert "Verifier log" in page and "round 0 (base)" in page
+    assert "tool <code>write_file</code>" in page
+    assert "outside the write allowlist" in page  # the refused call, folded
+    assert "Result contract" in page and "SUCCESS" in page
+    assert 'data-action="check"' in page and 'data-action="reject"' in page
+
+
+def test_apply_check_runs_the_cli_and_changes_nothing(
+    made: Made, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made.use_state(monkeypatch)
+    http, guard = client(made.runs)
+    source = made.runs.parent / "source"
+    before = fingerprint(source)
+    record = fingerprint(made.runs / "out")
+    check = http.post("/act/task/check/0/out/fix-calc", headers={"X-CSRF-Token": guard.csrf})
+    assert check.status_code == 200
+    assert "would pass" in check.text and "exit 0" in check.text
+    assert "nothing was changed" in check.text
+    assert fingerprint(source) == before and fingerprint(made.runs / "out") == record
+
+
+def test_reject_runs_the_cli_once_and_then_apply_is_refused(tmp_path: Path) -> None:
+    runs = finished_task(tmp_path)
+    http, guard = client(runs)
+    source = tmp_path / "source"
+    headers = {"X-CSRF-Token": guard.csrf}
+    reject = http.post("/act/task/reject/0/out/fix-calc", headers=headers)
+    assert "rejected" in reject.text and "exit 0" in reject.text
+    again = http.post("/act/task/reject/0/out/fix-calc", headers=headers)
+    assert "already rejected" in again.text  # a second click changes nothing
+    refused = http.post("/act/task/apply/0/out/fix-calc", headers=headers)
+    assert "was rejected" in refused.text and "exit 2" in refused.text
+    assert (source / "calc.py").read_text() == CALC
+    result = json.loads((runs / "out" / "fix-calc.result.json").read_text())
+    assert result["decision"] == "rejected"
+
+
+def test_the_exec_page_and_its_chart_data(runs: Path) -> None:
+    http, _ = client(runs)
+    page = http.get("/exec/0/exec1").text
+    assert "completed" in page and "criteria" in page and "epoch 39" in page
+    data = http.get("/data/exec/0/exec1").json()
+    xs, ys = data["metrics"]["loss"]
+    assert len(xs) == 40 and ys[0] == 1.0
+    assert "val_loss" in data["metrics"]
+    assert data["memory"][0], "memory samples over time"
+    compare = http.get("/compare", params={"run": ["0/exec1"]}).text
+    assert "exec1" in compare and "loss_final" in compare.replace(" ", "") or "loss" in compare
+
+
+def test_the_event_stream_sends_every_event_then_ends(runs: Path) -> None:
+    http, _ = client(runs)
+    events = (runs / "out" / "fix-calc.events.jsonl").read_text().splitlines()
+    with http.stream("GET", "/stream/task/0/out/fix-calc") as response:
+        body = "".join(response.iter_text())
+    assert body.count("event: event\n") == len(events)
+    assert body.rstrip().splitlines()[-2] == "event: end"
+    resumed_at = len(events[0]) + 1
+    with http.stream(
+        "GET", "/stream/task/0/out/fix-calc", headers={"Last-Event-ID": str(resumed_at)}
+    ) as response:
+        resumed = "".join(response.iter_text())
+    assert resumed.count("event: event\n") == len(events) - 1
