@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from starlette.testclient import TestClient
 
 from code_runner.web import Guard, create_app
@@ -22,7 +21,9 @@ from tests.helpers.tasks import FIXED_ADD, FIXED_BOTH, calc_repo, cmd, run_cli, 
 
 PY = sys.executable
 FAST_DOD = f"{PY} -c 'import calc; assert calc.add(2, 3) == 5 and calc.mul(2, 3) == 6'"
-EVIL = "<script>window.pwned=1</script>\x1b[31mRED\x1b[0m\x1b]0;title\x07 <img src=x onerror=alert(1)>"
+EVIL = (
+    "<script>window.pwned=1</script>\x1b[31mRED\x1b[0m\x1b]0;title\x07 <img src=x onerror=alert(1)>"
+)
 METRICS_SCRIPT = (
     "import math, time\n"
     "for i in range(40):\n"
@@ -67,8 +68,10 @@ def finished_exec(root: Path, name: str = "exec1", script: str = METRICS_SCRIPT)
     (root / f"{name}.py").write_text(script)
     env = os.environ | {"CODE_RUNNER_MIN_INTERVAL_S": "0.05"}
     done = subprocess.run(
-        [PY, "-m", "code_runner", "exec", "--yes", "--interval", "0.1"]
-        + ["--run-dir", str(root / "runs" / name), "--cwd", str(root), "--", PY, f"{name}.py"],
+        [
+            *(PY, "-m", "code_runner", "exec", "--yes", "--interval", "0.1"),
+            *("--run-dir", str(root / "runs" / name), "--cwd", str(root), "--", PY, f"{name}.py"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -121,8 +124,19 @@ class Served:
 def serve(runs: Path, *extra: str, host: str = "127.0.0.1") -> Iterator[Served]:
     """A real `code-runner serve` on a free port, ended (and reaped) on exit."""
     process = subprocess.Popen(
-        [PY, "-m", "code_runner", "serve", "--runs", str(runs), "--host", host, "--port", "0"]
-        + list(extra),
+        [
+            PY,
+            "-m",
+            "code_runner",
+            "serve",
+            "--runs",
+            str(runs),
+            "--host",
+            host,
+            "--port",
+            "0",
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
