@@ -22,7 +22,9 @@ MAX_CHUNK_BYTES = 256 * 1024
 
 def frame(event: str, data: object, event_id: int | None = None) -> str:
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
+    # `<` as \u003c: the data is never markup, even to something that sniffs it as HTML
+    text = json.dumps(data, default=str).replace("<", "\\u003c")
+    return f"{head}event: {event}\ndata: {text}\n\n"
 
 
 def _read(path: Path, offset: int) -> bytes:
