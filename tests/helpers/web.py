@@ -4,6 +4,7 @@ real `code-runner serve` process."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Page
 from starlette.testclient import TestClient
 
 from code_runner.web import Guard, create_app
 from tests.helpers.tasks import FIXED_ADD, FIXED_BOTH, calc_repo, cmd, run_cli, write, write_task
 
 PY = sys.executable
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS_ENV = "CODE_RUNNER_SCREENSHOTS"  # a folder to keep the browser tests' screenshots in
 FAST_DOD = f"{PY} -c 'import calc; assert calc.add(2, 3) == 5 and calc.mul(2, 3) == 6'"
 EVIL = (
     "<script>window.pwned=1</script>\x1b[31mRED\x1b[0m\x1b]0;title\x07 <img src=x onerror=alert(1)>"
@@ -166,3 +170,14 @@ def serve(runs: Path, *extra: str, host: str = "127.0.0.1") -> Iterator[Served]:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+def screenshot(page: Page, tmp_path: Path, name: str) -> Path:
+    """A full-page screenshot in the test's dir, and in $CODE_RUNNER_SCREENSHOTS when set."""
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    keep = os.environ.get(SCREENSHOTS_ENV)
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(keep) / path.name)
+    return path

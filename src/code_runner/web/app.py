@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import ChainableUndefined, Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -65,6 +65,7 @@ def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("code_runner.web", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=ChainableUndefined,  # a key an older record lacks shows as nothing
         trim_blocks=True,
         lstrip_blocks=True,
     )
@@ -74,8 +75,8 @@ def _environment() -> Environment:
     return env
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
+def _duration(seconds: object) -> str:
+    if not isinstance(seconds, int | float):
         return "–"
     if seconds < 60:
         return f"{seconds:.1f} s"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from code_runner.record import RecordPaths, RunResult
+from code_runner.record.result import RoundDetail
 from code_runner.web import diff
 from code_runner.web.catalog import read_json, task_result
 from code_runner.web.roots import OutsideRoots, Roots
@@ -148,22 +149,29 @@ def _patch(paths: RecordPaths) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _round_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A round as the page shows it: every field present (None when the record lacks it)."""
+    whole = dict.fromkeys(RoundDetail.model_fields) | row
+    return clean_value(whole)  # type: ignore[return-value]
+
+
 def load_task(paths: RecordPaths) -> TaskPage:
     status: dict[str, Any] = clean_value(read_json(paths.status))  # type: ignore[assignment]
     result = task_result(paths) if status.get("terminal") else None
     events = read_events(paths.events)
     files, cut = diff.parse(_patch(paths))
-    rounds = (
-        [clean_value(r.model_dump(mode="json")) for r in result.round_details]
+    rows = (
+        [r.model_dump(mode="json") for r in result.round_details]
         if result is not None
         else read_events(paths.rounds)
     )
+    rounds = [_round_row(row) for row in rows]
     return TaskPage(
         paths=paths,
         status=status,
         result=result,
         events=events,
-        rounds=rounds,  # type: ignore[arg-type]
+        rounds=rounds,
         files=files,
         cut=cut,
         verifier_log=tail(paths.verifier_log),
