@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -32,6 +33,7 @@ from code_runner.web.security import Guard, GuardMiddleware
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_COMPARE = 12
+MAX_CACHED_ROWS = 50_000
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,20 @@ class Dashboard:
         self.guard = guard
         self.catalog = Catalog(roots)
         self.env = _environment()
+        self._rows: dict[RunEntry, Markup] = {}
+
+    def rows(self, entries: list[RunEntry]) -> list[Markup]:
+        """Each run's row of the runs table, rendered once per change of the run."""
+        if len(self._rows) > MAX_CACHED_ROWS:
+            self._rows.clear()
+        template = self.env.get_template("run_row.html")
+        found = []
+        for entry in entries:
+            row = self._rows.get(entry)
+            if row is None:
+                row = self._rows[entry] = Markup(template.render(e=entry))  # noqa: S704 - autoescaped
+            found.append(row)
+        return found
 
     def page(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         html = self.env.get_template(name).render(
@@ -105,8 +121,10 @@ class Dashboard:
     def _listing(self, request: Request) -> dict[str, Any]:
         entries = self.catalog.entries()
         filters = Filters.of(request)
+        kept = filters.keep(entries)
         return {
-            "runs": filters.keep(entries),
+            "runs": kept,
+            "rows": self.rows(kept),
             "total": len(entries),
             "filters": filters,
             "statuses": sorted({e.status for e in entries}),

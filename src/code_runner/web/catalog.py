@@ -161,75 +161,119 @@ def _plan_entry(key: RunKey, path: Path) -> RunEntry:
     )
 
 
+@dataclass(frozen=True)
+class _Folder:
+    """What a folder holds that the catalog needs: run markers and the folders to descend."""
+
+    markers: tuple[tuple[Kind, str], ...]  # (kind, file name)
+    subdirs: tuple[str, ...]
+
+
 class Catalog:
-    """The runs under the roots, re-read only where a file changed."""
+    """The runs under the roots, re-read only where a file changed.
+
+    A folder is listed again only when its mtime changed (a new file, or a record file
+    replaced atomically, changes it); a run is read again only when its marker changed."""
 
     def __init__(self, roots: Roots) -> None:
         self.roots = roots
-        self._cache: dict[Path, tuple[tuple[int, int], RunEntry]] = {}
+        self._cache: dict[str, tuple[tuple[int, int], RunEntry]] = {}
+        self._folders: dict[str, tuple[int, _Folder]] = {}
         self._lock = threading.Lock()
 
     def entries(self) -> list[RunEntry]:
         """Every run, newest first."""
         found: list[RunEntry] = []
-        seen: set[Path] = set()
-        for kind, marker, key in self._markers():
+        seen: set[str] = set()
+        for kind, marker, number, rel in self._markers():
             seen.add(marker)
-            found.append(self._entry(kind, marker, key))
+            entry = self._entry(kind, marker, number, rel)
+            if entry is not None:
+                found.append(entry)
         with self._lock:
             for gone in set(self._cache) - seen:
                 del self._cache[gone]
         found.sort(key=lambda e: (e.started_at, e.key.url_part), reverse=True)
         return found
 
-    def _entry(self, kind: Kind, marker: Path, key: RunKey) -> RunEntry:
+    def _entry(self, kind: Kind, marker: str, number: int, rel: str) -> RunEntry | None:
         try:
-            st = marker.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
+            st = os.stat(marker, follow_symlinks=False)
         except OSError:
-            stamp = (0, 0)
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
         with self._lock:
             cached = self._cache.get(marker)
         if cached is not None and cached[0] == stamp:
             return cached[1]
+        path = Path(marker)
         if kind is Kind.TASK:
-            task_id = marker.name.removesuffix(".status.json")
-            entry = _task_entry(key, RecordPaths(marker.parent, task_id))
+            task_id = path.name.removesuffix(".status.json")
+            key = RunKey(number, task_id if rel == "." else f"{rel}/{task_id}")
+            entry = _task_entry(key, RecordPaths(path.parent, task_id))
         elif kind is Kind.EXEC:
-            entry = _exec_entry(key, marker.parent)
+            entry = _exec_entry(RunKey(number, rel), path.parent)
         else:
-            entry = _plan_entry(key, marker)
+            entry = _plan_entry(RunKey(number, rel), path)
         with self._lock:
             self._cache[marker] = (stamp, entry)
         return entry
 
-    def _markers(self) -> Iterator[tuple[Kind, Path, RunKey]]:
+    def _markers(self) -> Iterator[tuple[Kind, str, int, str]]:
+        """(kind, marker file, root number, folder relative to the root) of every run."""
         count = 0
         for number, root in enumerate(self.roots.dirs):
-            for dirpath, dirnames, filenames in os.walk(root):
-                dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
-                here = Path(dirpath)
-                rel = here.relative_to(root).as_posix()
-                for found in _markers_in(here, rel, number, filenames):
+            stack = [(str(root), ".")]
+            while stack:
+                folder, rel = stack.pop()
+                listed = self._folder(folder)
+                for kind, name in listed.markers:
                     count += 1
                     if count > MAX_RUNS:
                         return
-                    yield found
+                    yield kind, f"{folder}/{name}", number, rel
+                prefix = "" if rel == "." else rel + "/"
+                stack.extend((f"{folder}/{name}", prefix + name) for name in listed.subdirs)
+
+    def _folder(self, folder: str) -> _Folder:
+        try:
+            mtime = os.stat(folder, follow_symlinks=False).st_mtime_ns
+        except OSError:
+            return _Folder((), ())
+        with self._lock:
+            cached = self._folders.get(folder)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        listed = _list(folder)
+        with self._lock:
+            self._folders[folder] = (mtime, listed)
+        return listed
 
 
-def _markers_in(
-    here: Path, rel: str, number: int, filenames: list[str]
-) -> Iterator[tuple[Kind, Path, RunKey]]:
-    prefix = "" if rel == "." else rel + "/"
-    names = set(filenames)
-    if "status.json" in names and "spec.json" in names:
-        yield Kind.EXEC, here / "status.json", RunKey(number, rel)
-    if "plan.status.json" in names:
-        yield Kind.PLAN, here / "plan.status.json", RunKey(number, rel)
-    for name in names:
+def _list(folder: str) -> _Folder:
+    """The run markers in `folder` and the subfolders to descend (no symlink is followed)."""
+    files: set[str] = set()
+    subdirs: list[str] = []
+    try:
+        with os.scandir(folder) as scan:
+            for entry in scan:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name not in _SKIP_DIRS:
+                        subdirs.append(entry.name)
+                elif entry.is_file(follow_symlinks=False):
+                    files.add(entry.name)
+    except OSError:
+        return _Folder((), ())
+    markers: list[tuple[Kind, str]] = []
+    if "status.json" in files and "spec.json" in files:
+        markers.append((Kind.EXEC, "status.json"))
+        subdirs = []  # an exec run dir holds no other run
+    if "plan.status.json" in files:
+        markers.append((Kind.PLAN, "plan.status.json"))
+    for name in sorted(files):
         if name.endswith(".status.json") and name != "plan.status.json":
-            task_id = name.removesuffix(".status.json")
-            yield Kind.TASK, here / name, RunKey(number, prefix + task_id)
+            markers.append((Kind.TASK, name))
+    return _Folder(tuple(markers), tuple(sorted(subdirs, reverse=True)))
 
 
 def after(stamp: str, since: datetime) -> bool:
