@@ -39,15 +39,34 @@ _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
+_VERDICTS = {  # (action, exit code) -> what the page says first
+    ("check", 0): "applies cleanly and the DoD would pass; nothing was changed",
+    ("check", 1): "the DoD would fail on the source's HEAD; nothing was changed",
+    ("apply", 0): "applied; the DoD passed in the source",
+    ("commit", 0): "applied and committed; the DoD passed in the source",
+    ("apply", 1): "not applied: the DoD failed in the source",
+    ("commit", 1): "not applied: the DoD failed in the source",
+    ("reject", 0): "rejected",
+    ("stop", 0): "stopped",
+}
+
+
 @dataclass(frozen=True)
 class ActionOutput:
     command: str
     exit_code: int
     output: str
+    action: str = ""
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def verdict(self) -> str:
+        """One line for a person; the command's own output follows it."""
+        default = "done" if self.ok else "refused: see the output below"
+        return _VERDICTS.get((self.action, self.exit_code), default)
 
 
 def _lock(key: str) -> threading.Lock:
@@ -71,7 +90,7 @@ def task_action(name: str, paths: RecordPaths) -> ActionOutput:
         done = proc.capture(argv, cwd=None, env=_env(), timeout_s=ACTION_TIMEOUT_S)
     text = (done.stdout + done.stderr).decode("utf-8", errors="replace")
     shown = " ".join(["code-runner", words[0], *words[1:], paths.output_dir.name])
-    return ActionOutput(shown, done.exit_code, clean(text))
+    return ActionOutput(shown, done.exit_code, clean(text), name)
 
 
 def _is_monitor(pid: object) -> bool:
