@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from code_runner.errors import UsageError
 from code_runner.record.summary import parse_since
-from code_runner.web import actions, exec_view, stream, task_view
+from code_runner.web import actions, exec_view, plan_view, stream, task_view
 from code_runner.web.catalog import Catalog, Kind, RunEntry, after, read_json
 from code_runner.web.roots import OutsideRoots, Roots
 from code_runner.web.security import Guard, GuardMiddleware
@@ -249,6 +249,36 @@ class Dashboard:
             "compare.html", columns=columns, rows=rows, series=series, execs=execs, chosen=chosen
         )
 
+    # --- a plan -----------------------------------------------------------------------------
+
+    def _plan_dir(self, request: Request) -> Path:
+        try:
+            return plan_view.locate_plan(
+                self.roots, request.path_params["root"], request.path_params["rel"]
+            )
+        except OutsideRoots:
+            raise HTTPException(404, "no such run under the configured roots") from None
+
+    async def plan(self, request: Request) -> Response:
+        view = await asyncio.to_thread(plan_view.load_plan, self.roots, self._plan_dir(request))
+        return self.page("plan.html", run=view, key=request.path_params)
+
+    async def plan_stream(self, request: Request) -> Response:
+        record_dir = self._plan_dir(request)
+
+        def finished() -> bool:
+            status = read_json(record_dir / "plan.status.json").get("status")
+            return str(status) not in plan_view.LIVE_STATES
+
+        return _sse(
+            stream.follow(
+                record_dir / "plan.events.jsonl",
+                _offset(request),
+                finished=finished,
+                disconnected=request.is_disconnected,
+            )
+        )
+
     async def not_found(self, request: Request, exc: Exception) -> Response:
         code = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
@@ -289,6 +319,8 @@ def create_app(roots: list[Path], *, guard: Guard) -> Starlette:
         Route(f"/data/exec/{run}", d.exec_data),
         Route(f"/stream/exec/{run}", d.exec_stream),
         Route(f"/act/exec/stop/{run}", d.exec_stop, methods=["POST"]),
+        Route(f"/plan/{run}", d.plan),
+        Route(f"/stream/plan/{run}", d.plan_stream),
         Route("/compare", d.compare),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
