@@ -47,10 +47,15 @@ def task_spec(root: Path, rounds: list[list[dict[str, Any]]], **extra: Any) -> P
 
 
 def two_round_rounds(evil: str = "") -> list[list[dict[str, Any]]]:
-    """Round 1 fixes add, round 2 both; round 2 also tries a path outside the allowlist."""
+    """Round 1 fixes add, round 2 both; round 2 also writes outside the allowlist, once
+    through the file tool (refused) and once through a command (dropped by the audit)."""
     return [
         [write("calc.py", FIXED_ADD)],
-        [write("calc.py", FIXED_BOTH), write("notes.txt", evil or "notes\n")],
+        [
+            write("calc.py", FIXED_BOTH),
+            write("notes.txt", evil or "notes\n"),
+            cmd("echo stray > stray.txt"),
+        ],
     ]
 
 

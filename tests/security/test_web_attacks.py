@@ -29,7 +29,10 @@ pytestmark = pytest.mark.integration
 
 SECRET = "SECRET-OUTSIDE-THE-ROOTS"
 
-GET_ROUTES = ("/task/{}", "/stream/task/{}", "/exec/{}", "/data/exec/{}", "/stream/exec/{}")
+GET_ROUTES = (
+    *("/task/{}", "/stream/task/{}", "/exec/{}", "/data/exec/{}", "/stream/exec/{}"),
+    *("/plan/{}", "/stream/plan/{}"),
+)
 POST_ROUTES = ("/act/task/check/{}", "/act/task/reject/{}", "/act/exec/stop/{}")
 TRAVERSALS = (
     "0/../outside/out/fix-calc",

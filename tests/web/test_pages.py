@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.tasks import CALC, fingerprint
+from tests.helpers.monitor import wait_for
+from tests.helpers.tasks import CALC, PY, fingerprint
 from tests.helpers.web import Made, client, finished_task
 
 pytestmark = pytest.mark.integration
@@ -45,6 +48,8 @@ def test_the_task_page_shows_rounds_patch_log_transcript_and_contract(runs: Path
     assert "Verifier log" in page and "round 0 (base)" in page
     assert "tool <code>write_file</code>" in page
     assert "outside the write allowlist" in page  # the refused call, folded
+    dropped = page.index("Dropped by the audit")
+    assert "<code>stray.txt</code>" in page[dropped : dropped + 800]
     assert "Result contract" in page and "SUCCESS" in page
     assert 'data-action="check"' in page and 'data-action="reject"' in page
 
@@ -89,6 +94,10 @@ def test_the_exec_page_and_its_chart_data(runs: Path) -> None:
     assert len(xs) == 40 and ys[0] == 1.0
     assert "val_loss" in data["metrics"]
     assert data["memory"][0], "memory samples over time"
+    with http.stream("GET", "/stream/exec/0/exec1") as response:
+        frames = "".join(response.iter_text())
+    assert "event: status" in frames and '"state": "completed"' in frames
+    assert frames.rstrip().splitlines()[-2] == "event: end"
     compare = http.get("/compare", params={"run": ["0/exec1"]}).text
     assert "<td>exec1</td>" in compare and '"loss": [[0.0' in compare  # the overlay's data
 
@@ -106,3 +115,35 @@ def test_the_event_stream_sends_every_event_then_ends(runs: Path) -> None:
     ) as response:
         resumed = "".join(response.iter_text())
     assert resumed.count("event: event\n") == len(events) - 1
+
+
+def test_the_stop_button_stops_a_running_exec(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "long"
+    env = os.environ | {"CODE_RUNNER_MIN_INTERVAL_S": "0.05"}
+    argv = [PY, "-m", "code_runner", "exec", "--yes", "--interval", "0.1", "--run-dir"]
+    argv += [str(run_dir), "--cwd", str(tmp_path), "--", "sleep", "60"]
+    running = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: read_state(run_dir) == "running", timeout_s=30)
+        http, guard = client(tmp_path / "runs")
+        page = http.get("/exec/0/long").text
+        assert 'data-action="stop"' in page and "/stream/exec/0/long" in page
+        stop = http.post("/act/exec/stop/0/long", headers={"X-CSRF-Token": guard.csrf})
+        assert "stop requested" in stop.text
+        assert running.wait(timeout=60) != 0
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["interrupted"] is True and result["state"] == "killed"
+    assert result["duration_s"] < 50 and "SIGTERM" in result["stop_reason"]
+    again = http.post("/act/exec/stop/0/long", headers={"X-CSRF-Token": guard.csrf})
+    assert "already finished" in again.text
+
+
+def read_state(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / "status.json").read_text()).get("state"))
+    except (OSError, ValueError):
+        return ""
