@@ -119,7 +119,12 @@ def chart_data(page: ExecPage) -> dict[str, Any]:
             memory[0].append(t_s)
             memory[1].append(rss / 2**20)
             memory[2].append(None if pss is None else pss / 2**20)
-    return {"metrics": metric_points(page.run_dir), "memory": memory}
+    return {
+        "metrics": metric_points(page.run_dir),
+        "memory": memory,
+        "stdout_tail": page.stdout_tail,
+        "stderr_tail": page.stderr_tail,
+    }
 
 
 def compare_rows(run_dirs: list[Path]) -> tuple[list[str], list[dict[str, Any]]]:

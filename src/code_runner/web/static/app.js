@@ -108,18 +108,31 @@ function positive(named) {
   return out;
 }
 
+let chosenMetrics = null;  // the person's picks survive a live redraw
+let drawnPoints = -1;
+
 async function execCharts() {
   const el = document.getElementById("metric-chart");
   if (!el) return;
   const response = await fetch(el.dataset.url);
   if (!response.ok) return;
   const data = await response.json();
+  ["stdout", "stderr"].forEach((name) => {
+    const pre = document.getElementById(name + "-tail");
+    if (pre && data[name + "_tail"]) { pre.textContent = data[name + "_tail"]; pre.scrollTop = pre.scrollHeight; }
+  });
   const metrics = data.metrics || {};
   const names = Object.keys(metrics);
+  const points = names.reduce((n, k) => n + metrics[k][0].length, 0);
+  if (points === drawnPoints) return;
+  drawnPoints = points;
   const log = document.getElementById("log-scale");
   const picks = document.getElementById("metric-picks");
-  const chosen = new Set(names.filter((n) => /loss/i.test(n)));
-  if (!chosen.size && names.length) chosen.add(names[0]);
+  if (chosenMetrics === null || !chosenMetrics.size) {
+    chosenMetrics = new Set(names.filter((n) => /loss/i.test(n)));
+    if (!chosenMetrics.size && names.length) chosenMetrics.add(names[0]);
+  }
+  const chosen = chosenMetrics;
   picks.textContent = "";
   names.forEach((name) => {
     const label = document.createElement("label");
@@ -131,14 +144,15 @@ async function execCharts() {
     picks.appendChild(label);
   });
   function draw() {
-    if (!names.length) { document.getElementById("metric-none").hidden = false; return; }
+    document.getElementById("metric-none").hidden = names.length > 0;
+    if (!names.length) return;
     const wanted = {};
     names.filter((n) => chosen.has(n)).forEach((n) => { wanted[n] = metrics[n]; });
     let [xs, named] = align(wanted);
     if (log.checked) named = positive(named);
     drawChart(el, xs, named, { log: log.checked, xLabel: "step" });
   }
-  log.addEventListener("change", draw);
+  log.onchange = draw;
   draw();
   const mem = data.memory || [[], [], []];
   const memEl = document.getElementById("memory-chart");
@@ -147,7 +161,17 @@ async function execCharts() {
     if (mem[2].some((v) => v != null)) named["PSS (MiB)"] = mem[2];
     drawChart(memEl, mem[0], named, { xLabel: "seconds", yLabel: "MiB" });
   } else {
-    document.getElementById("memory-none").hidden = false;
+    document.getElementById("memory-none").hidden = liveMemory[0].length > 1;
+  }
+}
+
+const liveMemory = [[], []];  // (elapsed s, RSS MiB) from the live status, until the record has samples
+
+function drawLiveMemory() {
+  const memEl = document.getElementById("memory-chart");
+  if (memEl && liveMemory[0].length > 1) {
+    document.getElementById("memory-none").hidden = true;
+    drawChart(memEl, liveMemory[0], { "RSS (MiB), live": liveMemory[1] }, { xLabel: "seconds", yLabel: "MiB" });
   }
 }
 
@@ -155,11 +179,19 @@ function followExec(table) {
   const url = table.dataset.stream;
   if (!url) return;
   const source = new EventSource(url + "?offset=" + table.dataset.offset);
+  let chartAt = Date.now();
   source.addEventListener("status", (msg) => {
     const s = JSON.parse(msg.data);
+    if (typeof s.elapsed_s === "number" && typeof s.rss_bytes === "number" && s.rss_bytes > 0) {
+      liveMemory[0].push(s.elapsed_s); liveMemory[1].push(s.rss_bytes / 1048576);
+    }
+    if (Date.now() - chartAt > 2000) {  // live points
+      chartAt = Date.now(); execCharts(); drawLiveMemory();
+    }
     table.querySelectorAll("[data-field]").forEach((td) => {
       let v = s[td.dataset.field];
       if (td.dataset.field === "rss_bytes" && typeof v === "number") v = (v / 1048576).toFixed(1) + " MiB";
+      if (td.dataset.field === "elapsed_s" && typeof v === "number") v = v.toFixed(1) + " s";
       td.textContent = v == null ? "none" : String(v);
     });
     const state = document.getElementById("run-state");
@@ -211,6 +243,7 @@ document.addEventListener("DOMContentLoaded", () => {
   if (runs) followRuns(runs);
   const live = document.getElementById("live-status");
   if (live) followExec(live);
+  document.querySelectorAll("pre.log").forEach((pre) => { pre.scrollTop = pre.scrollHeight; });
   diffModes();
   execCharts();
   compareChart();
