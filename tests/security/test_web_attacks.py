@@ -201,3 +201,32 @@ def test_agent_and_job_text_is_escaped_and_stripped(tmp_path: Path) -> None:
         held(f"{name}: no terminal escape", "\x1b" not in text and "\x07" not in text)
     held("task: the text is shown escaped", "&lt;script&gt;window.pwned=1" in pages["task"])
     held("exec: the text is shown escaped", "&lt;script&gt;window.pwned=1" in pages["exec"])
+
+
+def test_a_record_file_that_is_a_symlink_out_of_the_root_is_not_read(
+    made: Made, outside: Path
+) -> None:
+    """A run dir under the root whose files point outside: each is left unread."""
+    trap = made.runs / "trap"
+    shutil.copytree(made.runs / "exec1", trap)
+    shutil.copytree(made.runs / "out", trap / "out")
+    secret_file = outside / "secret.txt"
+    secret_file.write_text(SECRET + "\n" + json.dumps({"state": SECRET}) + "\n")
+    for name in ("stdout.log", "stderr.log", "events.jsonl"):
+        (trap / name).unlink()
+        os.symlink(secret_file, trap / name)
+    for name in ("fix-calc.verifier.log", "fix-calc.patch", "fix-calc.response.txt"):
+        (trap / "out" / name).unlink()
+        os.symlink(secret_file, trap / "out" / name)
+    before = fingerprint(outside)
+    http, _ = client(made.runs)
+    for url in (
+        "/exec/0/trap",
+        "/data/exec/0/trap",
+        "/stream/exec/0/trap",
+        "/task/0/trap/out/fix-calc",
+        "/compare?run=0/trap",
+    ):
+        text = http.get(url).text
+        held(f"symlinked record files at {url}", SECRET not in text)
+    held("the files outside are unchanged", fingerprint(outside) == before)

@@ -84,7 +84,7 @@ def _env() -> dict[str, str]:
 def task_action(name: str, paths: RecordPaths) -> ActionOutput:
     """Run the command behind button `name` on a task run (KeyError for an unknown one)."""
     words = TASK_ACTIONS[name]
-    target = paths.result if words[0] != "stop" else paths.output_dir
+    target = paths.result if words[0] != "stop" else paths.status  # this task, not a neighbour
     argv = [sys.executable, "-m", "code_runner", words[0], str(target), *words[1:]]
     with _lock(str(paths.file(""))):
         done = proc.capture(argv, cwd=None, env=_env(), timeout_s=ACTION_TIMEOUT_S)

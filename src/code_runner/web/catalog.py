@@ -21,11 +21,12 @@ from typing import Any
 from code_runner import monitor
 from code_runner.errors import RecordError
 from code_runner.record import RecordPaths, RunResult, load_result
-from code_runner.web.roots import Roots, RunKey
+from code_runner.web.roots import Roots, RunKey, is_plain_file, open_file
 from code_runner.web.text import clean
 
 _SKIP_DIRS = {".git", "node_modules", "__pycache__", ".tools", "workspaces", "agent"}
 MAX_RUNS = 20_000
+MAX_JSON_BYTES = 16 * 1024 * 1024
 
 
 class Kind(StrEnum):
@@ -61,7 +62,8 @@ class RunEntry:
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from `path`, or {} when it is missing, partial or not an object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open_file(path) as handle:
+            data = json.loads(handle.read(MAX_JSON_BYTES).decode("utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -69,8 +71,20 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def task_result(paths: RecordPaths) -> RunResult | None:
     """The run's result, or None while it runs (or when the file cannot be trusted)."""
+    if not is_plain_file(paths.result):
+        return None
     try:
         return load_result(paths.result)
+    except RecordError:
+        return None
+
+
+def exec_result(run_dir: Path) -> monitor.ExperimentResult | None:
+    """The exec run's result, or None while it runs (or when it cannot be trusted)."""
+    if not is_plain_file(run_dir / "result.json"):
+        return None
+    try:
+        return monitor.load_result(run_dir)
     except RecordError:
         return None
 
@@ -110,10 +124,7 @@ def _task_entry(key: RunKey, paths: RecordPaths) -> RunEntry:
 
 def _exec_entry(key: RunKey, run_dir: Path) -> RunEntry:
     status = read_json(run_dir / "status.json")
-    try:
-        result: monitor.ExperimentResult | None = monitor.load_result(run_dir)
-    except RecordError:
-        result = None
+    result = exec_result(run_dir)
     if result is None:
         spec = read_json(run_dir / "spec.json")
         command = spec.get("display_command") or " ".join(map(str, spec.get("command") or []))
@@ -285,4 +296,4 @@ def after(stamp: str, since: datetime) -> bool:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) >= since
 
 
-__all__ = ["Catalog", "Kind", "RunEntry", "after", "read_json", "task_result"]
+__all__ = ["Catalog", "Kind", "RunEntry", "after", "exec_result", "read_json", "task_result"]

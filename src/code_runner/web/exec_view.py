@@ -18,8 +18,8 @@ from typing import Any
 from code_runner import monitor
 from code_runner.errors import RecordError
 from code_runner.monitor.metrics import MetricSeries, parse_metrics, split_segments, terminal_lines
-from code_runner.web.catalog import read_json
-from code_runner.web.roots import OutsideRoots, Roots
+from code_runner.web.catalog import exec_result, read_json
+from code_runner.web.roots import OutsideRoots, Roots, open_file
 from code_runner.web.task_view import read_events, tail
 
 MAX_LOG_BYTES = 16 * 1024 * 1024  # metrics are parsed from at most this much of stdout.log
@@ -47,7 +47,7 @@ def metric_points(run_dir: Path) -> dict[str, list[list[float | None]]]:
     regex = _regex(read_json(run_dir / "spec.json"))
     for name in ("stdout.log", "stderr.log"):
         try:
-            with (run_dir / name).open("rb") as handle:
+            with open_file(run_dir / name) as handle:
                 data = handle.read(MAX_LOG_BYTES)
         except OSError:
             continue
@@ -96,10 +96,7 @@ class ExecPage:
 
 
 def load_exec(run_dir: Path) -> ExecPage:
-    try:
-        result: monitor.ExperimentResult | None = monitor.load_result(run_dir)
-    except RecordError:
-        result = None
+    result = exec_result(run_dir)
     return ExecPage(
         run_dir=run_dir,
         status=read_json(run_dir / "status.json"),
@@ -131,6 +128,9 @@ def compare_rows(run_dirs: list[Path]) -> tuple[list[str], list[dict[str, Any]]]
     """`exec compare`'s rows for finished runs; a run without a result gets a note."""
     rows: list[dict[str, Any]] = []
     for run_dir in run_dirs:
+        if exec_result(run_dir) is None:
+            rows.append({"run": run_dir.name, "state": "no result yet"})
+            continue
         try:
             rows.extend(monitor.compare_runs([run_dir]))
         except RecordError as exc:

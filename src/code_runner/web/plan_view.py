@@ -15,7 +15,7 @@ from typing import Any
 from code_runner.record import RecordPaths
 from code_runner.web import diff
 from code_runner.web.catalog import read_json
-from code_runner.web.roots import OutsideRoots, Roots, RunKey
+from code_runner.web.roots import OutsideRoots, Roots, RunKey, open_file
 from code_runner.web.task_view import MAX_PATCH_BYTES, read_events
 from code_runner.web.text import clean_value
 
@@ -79,7 +79,7 @@ def _attempt(roots: Roots, view: ItemView) -> None:
     if key is not None:
         view.record = RunKey(key.root, key.rel.removesuffix(".status.json"))
     try:
-        with paths.patch.open("rb") as handle:
+        with open_file(paths.patch) as handle:
             patch = handle.read(MAX_PATCH_BYTES).decode("utf-8", errors="replace")
     except OSError:
         patch = ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 MAX_RELATIVE_CHARS = 1024
 
@@ -67,4 +68,26 @@ class Roots:
         return None
 
 
-__all__ = ["MAX_RELATIVE_CHARS", "OutsideRoots", "Roots", "RunKey"]
+def open_file(path: Path) -> BinaryIO:
+    """Open a record file for reading, never through a symlink (OSError if it is one).
+
+    Every folder the dashboard reads in has been resolved under a root, so only the file's
+    own name could still point elsewhere; `O_NOFOLLOW` closes that."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    if not os.path.isfile(path) or os.path.islink(path):
+        handle.close()
+        raise OSError(f"{path} is not a regular file")
+    return handle
+
+
+def is_plain_file(path: Path) -> bool:
+    """True for a regular file that is not a symlink (what the record readers may open)."""
+    return path.is_file() and not path.is_symlink()
+
+
+__all__ = ["MAX_RELATIVE_CHARS", "OutsideRoots", "Roots", "RunKey", "is_plain_file", "open_file"]

@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+from code_runner.web.roots import open_file
 from code_runner.web.text import clean_value
 
 POLL_S = 0.05
@@ -29,7 +30,7 @@ def frame(event: str, data: object, event_id: int | None = None) -> str:
 
 def _read(path: Path, offset: int) -> bytes:
     try:
-        with path.open("rb") as handle:
+        with open_file(path) as handle:
             handle.seek(offset)
             return handle.read(MAX_CHUNK_BYTES)
     except OSError:

@@ -16,7 +16,7 @@ from code_runner.record import RecordPaths, RunResult
 from code_runner.record.result import RoundDetail
 from code_runner.web import diff
 from code_runner.web.catalog import read_json, task_result
-from code_runner.web.roots import OutsideRoots, Roots
+from code_runner.web.roots import OutsideRoots, Roots, open_file
 from code_runner.web.text import clean, clean_value
 
 TAIL_BYTES = 64 * 1024
@@ -27,7 +27,7 @@ MAX_EVENTS = 5_000
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
     """The last `limit` bytes of a text file, cleaned ("" when it cannot be read)."""
     try:
-        with path.open("rb") as handle:
+        with open_file(path) as handle:
             size = handle.seek(0, 2)
             handle.seek(max(0, size - limit))
             data = handle.read(limit)
@@ -41,7 +41,7 @@ def read_events(path: Path, limit: int = MAX_EVENTS) -> list[dict[str, Any]]:
     """The events of a record, cleaned; a torn last line is left for the next read."""
     found: list[dict[str, Any]] = []
     try:
-        with path.open("rb") as handle:
+        with open_file(path) as handle:
             for raw in handle:
                 if not raw.endswith(b"\n"):
                     break
@@ -142,7 +142,7 @@ def locate_task(roots: Roots, root: int, rel: str) -> RecordPaths:
 
 def _patch(paths: RecordPaths) -> str:
     try:
-        with paths.patch.open("rb") as handle:
+        with open_file(paths.patch) as handle:
             data = handle.read(MAX_PATCH_BYTES)
     except OSError:
         return ""
