@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.helpers.web import PY, finished_exec, screenshot, serve, slow_task_spec
+from tests.helpers.web import (
+    EVIL,
+    METRICS_SCRIPT,
+    PY,
+    finished_exec,
+    screenshot,
+    serve,
+    slow_task_spec,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +64,7 @@ def test_a_task_run_live_then_its_diff_and_apply_check(page: Page, tmp_path: Pat
 
 
 def test_an_exec_run_shows_a_chart_with_points(page: Page, tmp_path: Path) -> None:
-    finished_exec(tmp_path)
+    finished_exec(tmp_path, script=METRICS_SCRIPT + f"print({EVIL!r})\n")
     with serve(tmp_path / "runs") as served:
         page.goto(served.url)
         page.locator("a", has_text="exec1").click()
@@ -66,6 +74,8 @@ def test_an_exec_run_shows_a_chart_with_points(page: Page, tmp_path: Path) -> No
         expect(page.locator("#memory-chart canvas")).to_be_visible()
         page.locator("#log-scale").check()
         expect(chart.locator("canvas")).to_be_visible()
+        expect(page.locator("#stdout-tail")).to_contain_text("<script>window.pwned=1</script>")
+        assert page.evaluate("() => window.pwned") is None  # shown as text, never run
         screenshot(page, tmp_path, "exec")
         page.goto(served.url + "compare?run=0/exec1")
         expect(page.locator("#compare-chart canvas")).to_be_visible()
