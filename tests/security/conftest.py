@@ -14,6 +14,7 @@ import pytest
 from code_runner import sandbox
 from tests.helpers.attacks import TALLY
 from tests.helpers.network import Listener
+from tests.helpers.web import Made, made_runs
 
 REPORT_ENV = "CODE_RUNNER_ATTACK_REPORT"  # a file to write {"tried": N, "held": M} to
 
@@ -73,3 +74,10 @@ def listener() -> Iterator[Listener]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
+    """Finished task and exec runs for the dashboard's attacks, made once per module."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield made_runs(tmp_path_factory.mktemp("web"), patch)

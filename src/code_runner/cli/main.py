@@ -79,6 +79,10 @@ COMMANDS: dict[str, Lazy] = {
     "schema": Lazy(
         "code_runner.cli.maintenance:schema_command", "Print the JSON Schema of the task spec."
     ),
+    "serve": Lazy(
+        "code_runner.cli.serve_cmd:serve_command",
+        "Serve a web dashboard of the runs under --runs (task runs, exec runs, plans).",
+    ),
     "status": Lazy(
         "code_runner.cli.inspect_cmd:status_command",
         "Show a run's state (TARGET: output dir, status.json or result.json).",
