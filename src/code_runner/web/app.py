@@ -24,9 +24,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+import code_runner.web.actions as actions
+import code_runner.web.exec_view as exec_view
+import code_runner.web.plan_view as plan_view
+import code_runner.web.stream as stream
+import code_runner.web.task_view as task_view
 from code_runner.errors import UsageError
 from code_runner.record.summary import parse_since
-from code_runner.web import actions, exec_view, plan_view, stream, task_view
 from code_runner.web.catalog import Catalog, Kind, RunEntry, after, read_json
 from code_runner.web.roots import OutsideRoots, Roots
 from code_runner.web.security import Guard, GuardMiddleware

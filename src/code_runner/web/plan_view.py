@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import code_runner.web.diff as diff
 from code_runner.record import RecordPaths
-from code_runner.web import diff
 from code_runner.web.catalog import read_json
 from code_runner.web.roots import OutsideRoots, Roots, RunKey, open_file
 from code_runner.web.task_view import MAX_PATCH_BYTES, read_events

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import code_runner.web.diff as diff
 from code_runner.record import RecordPaths, RunResult
 from code_runner.record.result import RoundDetail
-from code_runner.web import diff
 from code_runner.web.catalog import read_json, task_result
 from code_runner.web.roots import OutsideRoots, Roots, open_file
 from code_runner.web.text import clean, clean_value
