@@ -293,3 +293,13 @@ def export_command(plan: str, branch: str, through: str | None, as_json: bool) -
     else:
         click.echo(f"branch {branch} -> {last['sha'][:12]} ({', '.join(done['items'])})")
     return 0
+
+
+def _register_gates() -> None:
+    from code_runner.cli.plan_gate_cmd import COMMANDS
+
+    for command in COMMANDS:
+        plan_group.add_command(command)
+
+
+_register_gates()
