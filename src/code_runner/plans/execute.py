@@ -54,10 +54,11 @@ from code_runner.sandbox import decide
 CRASH_AT_ENV = "CODE_RUNNER_PLAN_CRASH_AT"
 
 
-def crash_point(step: str) -> None:
-    """Die here by SIGKILL when `CODE_RUNNER_PLAN_CRASH_AT` names this step: how the crash
-    tests stop the real process at an exact step of an item (admitted, audited, committed)."""
-    if os.environ.get(CRASH_AT_ENV) == step:
+def crash_point(item: str, step: str) -> None:
+    """Die here by SIGKILL when `CODE_RUNNER_PLAN_CRASH_AT` names this step (`audited`, or
+    `P2:audited`): how the crash tests stop the real process at an exact step of an item
+    (admitted, audited, committed) to prove recovery."""
+    if os.environ.get(CRASH_AT_ENV) in (step, f"{item}:{step}"):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -200,7 +201,7 @@ class PlanRun:
         where.mkdir(parents=True, exist_ok=True)
         files.atomic_write_text(where / RUN_ID_FILE, run_id + "\n")
         self.emit("item_admitted", item=item_id, attempt=attempt["id"], parent=attempt["parent"])
-        crash_point("admitted")
+        crash_point(item_id, "admitted")
         try:
             outcome = self._attempt(runner, plan, item_id, attempt, where, run_id)
         except Interrupted as exc:
@@ -258,7 +259,7 @@ class PlanRun:
         result = run_task(pre, run_id=run_id, item_mode=True, allowlist=every_path())
         if result.reason in (Reason.INTERRUPTED, Reason.STOPPED):
             self.store.record_first_reason(attempt["id"], FirstReason.SHUTDOWN)
-        crash_point("audited")
+        crash_point(item_id, "audited")
         after = snapshot.take(self.source)
         changed = snapshot.differences(before, after)
         if changed:
@@ -293,7 +294,7 @@ class PlanRun:
             ref=attempt_ref(attempt["id"]),
         )
         self.emit("commit_built", item=item_id, sha=commit.sha)
-        crash_point("committed")
+        crash_point(item_id, "committed")
         return Outcome(
             end=RunEnd.OK,
             commit=commit,
