@@ -15,6 +15,7 @@ from code_runner import dirs
 from code_runner.plans.item import is_protected
 from tests.helpers.plan_runs import (
     FIXED,
+    PY,
     calc_source,
     plan_cli,
     plan_item,
@@ -152,10 +153,17 @@ def test_stop_then_resume_and_a_second_run_is_refused_before_writing(tmp_path: P
         assert status_of(plan_cli("status", plan_id, "--json").stdout)["items"] == version["items"]
         assert store.is_file()
 
+        watch = subprocess.Popen(
+            [PY, "-m", "code_runner", "plan", "status", plan_id, "--watch", "--json",
+             "--interval", "0.2"], stdout=subprocess.PIPE, text=True, env=os.environ.copy(),
+        )  # fmt: skip
         stopped = plan_cli("stop", plan_id, "--json", "--wait", "60")
         assert stopped.returncode == 0, stopped.stderr
         assert json.loads(stopped.stdout)["status"] == "paused"
         assert proc.wait(timeout=60) == 1
+        seen, _ = watch.communicate(timeout=60)
+        lines = [json.loads(line)["status"] for line in seen.splitlines()]
+        assert lines[0] == "running" and lines[-1] == "paused" and watch.returncode == 0
     finally:
         proc.kill()
     status = status_of(plan_cli("status", plan_id, "--json").stdout)

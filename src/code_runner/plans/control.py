@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from code_runner.plans.commands import Approvals, show_argv
 from code_runner.plans.item import item_argvs
 from code_runner.plans.lock import _process_start, plan_lock, read_lease
 from code_runner.plans.recovery import recover_plan
-from code_runner.plans.report import record_dir, write_views
+from code_runner.plans.report import plan_status, record_dir, write_views
 from code_runner.plans.states import PlanStatus
 from code_runner.plans.store import PlanStore
 from code_runner.record import RecordPaths
@@ -48,9 +48,8 @@ def tell_run(store: PlanStore, plan_id: str) -> str:
             files.atomic_write_json(
                 paths.stop_request, {"requested_at": utc_now(), "by_pid": os.getpid()}
             )
-    lease = read_lease(plan_id) or {}
-    pid, started = lease.get("pid"), lease.get("started_at")
-    if isinstance(pid, int) and started is not None and _process_start(pid) == started:
+    pid = (read_lease(plan_id) or {}).get("pid")
+    if isinstance(pid, int) and _owner_alive(plan_id):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
             return f"SIGTERM sent to pid {pid}"
@@ -128,3 +127,23 @@ def resume(
         source = git.open_source(Path(row["source_dir"]))
         out = record_dir(plan_id, row["settings"])
         return PlanRun(store, plan_id, source, settings, out, on_event).execute(row["base"])
+
+
+def watch_status(store: PlanStore, plan_id: str, interval_s: float) -> Iterator[dict[str, Any]]:
+    """`plan status --watch`: the status at each change, until the plan is not running."""
+    last: dict[str, Any] | None = None
+    while True:
+        status = plan_status(store, plan_id)
+        shown = {k: v for k, v in status.items() if k != "updated_at"}
+        if shown != last:
+            last = shown
+            yield status
+        if status["status"] != PlanStatus.RUNNING.value or not _owner_alive(plan_id):
+            return
+        time.sleep(interval_s)
+
+
+def _owner_alive(plan_id: str) -> bool:
+    lease = read_lease(plan_id) or {}
+    pid, started = lease.get("pid"), lease.get("started_at")
+    return isinstance(pid, int) and started is not None and _process_start(pid) == started
