@@ -156,9 +156,11 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 @click.option("--json", "as_json", is_flag=True)
 def gc_command(dry_run: bool, as_json: bool) -> int:
-    """Remove workspaces left by killed runs and mark their records abandoned; recover
-    plans whose run died (settle their attempts, save partial patches); repair patches a
-    killed apply left half-applied in a source (from the apply journal)."""
+    """Remove workspaces left by killed runs and mark their records abandoned; repair
+    patches a killed apply left half-applied in a source (from the apply journal).
+
+    First, plans whose run died are recovered: their processes killed, partial patches
+    saved, attempts settled, owed pauses and findings paid."""
     from code_runner.plans.recovery import recover_all
 
     plans = recover_all(dry_run=dry_run)  # first: it saves the partial patches gc removes
