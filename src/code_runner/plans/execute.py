@@ -139,6 +139,11 @@ class PlanRun:
     ) -> None:
         self.store, self.plan_id, self.source = store, plan_id, source
         self.settings, self.out, self.on_event = settings, out, on_event
+        self.closing = False  # a signal came: no further item is admitted
+        self.settling = False  # a terminal write is under way: a signal waits for it
+
+    def _close(self, _name: str) -> None:
+        self.closing = True
 
     def emit(self, kind: str, **data: Any) -> None:
         emit(self.out, kind, plan=self.plan_id, **data)
@@ -150,7 +155,9 @@ class PlanRun:
         runner = ensure_runner_repo(self.plan_id, self.source, base_sha)
         self.emit("run_started", head=self.store.plan(self.plan_id)["head"])
         try:
-            with signals_as_interrupt(Interrupted):
+            with signals_as_interrupt(
+                Interrupted, on_signal=self._close, ignore=lambda: self.settling
+            ):
                 self._loop(runner)
         finally:
             self.store.end_run(self.plan_id)
@@ -171,6 +178,7 @@ class PlanRun:
         row = self.store.plan(self.plan_id)
         status = PlanStatus(row["status"])
         admitting = status in (PlanStatus.READY, PlanStatus.PAUSED, PlanStatus.RUNNING)
+        admitting = admitting and not self.closing
         return admitting and self.store.next_item(self.plan_id) is not None
 
     # --- recovery -------------------------------------------------------------------------
@@ -211,7 +219,11 @@ class PlanRun:
             outcome = Outcome(end=RunEnd.CAPTURE_FAILURE, diagnostic=exc.render())
         if outcome.diagnostic.startswith("violation:"):
             self.store.record_finding(attempt["id"], "violation", outcome.diagnostic)
-        settled = self.store.settle(attempt["id"], outcome)
+        self.settling = True
+        try:
+            settled = self.store.settle(attempt["id"], outcome)
+        finally:
+            self.settling = False
         self.emit(
             "item_settled",
             item=item_id,
