@@ -133,12 +133,13 @@ def watch_status(store: PlanStore, plan_id: str, interval_s: float) -> Iterator[
     """`plan status --watch`: the status at each change, until the plan is not running."""
     last: dict[str, Any] | None = None
     while True:
+        alive = _owner_alive(plan_id)  # before the read: a dead owner's last write is seen
         status = plan_status(store, plan_id)
         shown = {k: v for k, v in status.items() if k != "updated_at"}
         if shown != last:
             last = shown
             yield status
-        if status["status"] != PlanStatus.RUNNING.value or not _owner_alive(plan_id):
+        if status["status"] != PlanStatus.RUNNING.value or not alive:
             return
         time.sleep(interval_s)
 
