@@ -81,7 +81,10 @@ def run_action(
         response.setdefault("exit_code", 0)
         response["kind"] = kind
         response["state_version"] = store._plan(db, plan_id)["state_version"]
-        text = json.dumps(response, sort_keys=True)[:MAX_RESPONSE]
+        text = json.dumps(response, sort_keys=True)
+        if len(text) > MAX_RESPONSE:  # keep what a replay needs, whole
+            kept = {k: str(v)[:4000] for k, v in response.items() if k != "exit_code"}
+            text = json.dumps({**kept, "exit_code": response["exit_code"]}, sort_keys=True)
         db.execute(
             "INSERT INTO user_actions VALUES (?, ?, ?, ?, ?, ?)",
             (plan_id, key, kind, request_hash, text, utc_now()),
