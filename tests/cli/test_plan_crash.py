@@ -132,12 +132,14 @@ def test_sigkill_at_each_step_of_an_item_then_resume_or_gc(
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert list(dirs.workspaces_dir().iterdir())  # left behind by the kill
+    _gc()  # kills the agent's processes, saves its partial patch, settles, removes
+    assert "sleep 61" not in _procs()
+    _clean(plan_id, source, before)
 
     write_script(tmp_path, "P2", P2_WORK)
     done = plan_cli("resume", plan_id, "--json")
     assert done.returncode == 1, done.stderr
     final = _clean(plan_id, source, before)
-    assert "sleep 61" not in _procs()
     assert final["status"] == "needs_amendment"  # P2's scope pause is not skipped
     p1, p2 = final["items"]
     assert [a["state"] for a in p2["attempts"]] == ["failed", "failed", "completed"]
