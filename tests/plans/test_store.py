@@ -278,3 +278,16 @@ def test_a_second_taker_of_the_plan_lock_gets_exit_3(tmp_path: Path) -> None:
         holder.wait()
     with plan_lock("demo-1"):  # released by the OS when its holder died
         pass
+
+
+def test_no_item_is_admitted_before_the_last_attempt_settled(store: PlanStore) -> None:
+    plan_id = imported(store)
+    version = store.plan(plan_id)["state_version"]
+    first = store.admit(plan_id, "P1", expected_state_version=version, budget_s=3600)
+    version = store.plan(plan_id)["state_version"]
+    with pytest.raises(PlanRefused, match="still active"):
+        store.admit(plan_id, "P1", expected_state_version=version, budget_s=3600)
+    store.mark_running(first["id"])
+    store.settle(first["id"], Outcome(RunEnd.OK, commit=commit(1)))
+    version = store.plan(plan_id)["state_version"]
+    assert store.admit(plan_id, "P2", expected_state_version=version, budget_s=3600)

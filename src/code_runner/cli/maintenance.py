@@ -157,7 +157,13 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
 @click.option("--json", "as_json", is_flag=True)
 def gc_command(dry_run: bool, as_json: bool) -> int:
     """Remove workspaces left by killed runs and mark their records abandoned; repair
-    patches a killed apply left half-applied in a source (from the apply journal)."""
+    patches a killed apply left half-applied in a source (from the apply journal).
+
+    First, plans whose run died are recovered: their processes killed, partial patches
+    saved, attempts settled, owed pauses and findings paid."""
+    from code_runner.plans.recovery import recover_all
+
+    plans = recover_all(dry_run=dry_run)  # first: it saves the partial patches gc removes
     removed = gc.collect(dry_run=dry_run)
     repaired = gc.repair_applies(dry_run=dry_run)
     orphans = monitor.collect_orphans(dry_run=dry_run)
@@ -169,12 +175,16 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
                 "removed": [r.to_dict() for r in removed],
                 "repaired": [r.to_dict() for r in repaired],
                 "experiments": [o.to_dict() for o in orphans],
+                "plans": [p.to_dict() for p in plans],
             }
         )
         return 3 if stuck else 0
     out = render.console()
-    if not removed and not repaired and not orphans:
+    if not removed and not repaired and not orphans and not plans:
         out.print("nothing to clean up")
+    for done in plans:
+        what = done.skipped or f"settled {len(done.settled)} attempt(s)"
+        out.print(f"plan {done.plan_id}: {what}", markup=False)
     for orphan in orphans:
         out.print(f"experiment {orphan.run_dir} ({orphan.reason}): {orphan.action}")
     for fixed in repaired:

@@ -212,15 +212,27 @@ def run_command(
 @plan_group.command("status")
 @click.argument("plan")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status_command(plan: str, as_json: bool) -> int:
-    """Each item of PLAN (an id from `plan list`): state, commit, attempts, findings, next."""
+@click.option("--watch", is_flag=True, help="Print it again at each change until it stops running.")
+@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True)
+def status_command(plan: str, as_json: bool, watch: bool, interval: float) -> int:
+    """Each item of PLAN (an id from `plan list`): state, commit, attempts, findings, next.
+
+    With --watch, one status per change (one JSON object a line with --json) until the
+    plan is no longer running."""
+    from code_runner.plans.control import watch_status
+
     with _open_store() as store:
         assert isinstance(store, PlanStore)
-        status = plan_status(store, _find_plan(store, plan))
-    if as_json:
-        render.print_json(status)
-    else:
-        _print_status(status)
+        plan_id = _find_plan(store, plan)
+        for status in (
+            watch_status(store, plan_id, interval) if watch else [plan_status(store, plan_id)]
+        ):
+            if as_json and watch:
+                click.echo(json.dumps(status, sort_keys=True))
+            elif as_json:
+                render.print_json(status)
+            else:
+                _print_status(status)
     return 0
 
 
@@ -293,3 +305,13 @@ def export_command(plan: str, branch: str, through: str | None, as_json: bool) -
     else:
         click.echo(f"branch {branch} -> {last['sha'][:12]} ({', '.join(done['items'])})")
     return 0
+
+
+def _register_gates() -> None:
+    from code_runner.cli.plan_gate_cmd import COMMANDS
+
+    for command in COMMANDS:
+        plan_group.add_command(command)
+
+
+_register_gates()

@@ -9,16 +9,17 @@ builds the commit from the verified patch in the runner repo, and hands the stor
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
 import secrets
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from code_runner import agents, dirs, files
-from code_runner.errors import CodeRunnerError, RecordError, UsageError
+from code_runner import agents, files
+from code_runner.errors import CodeRunnerError, Interrupted, UsageError
 from code_runner.plans.checks import validate_file
 from code_runner.plans.commands import Approvals, show_argv
 from code_runner.plans.database import default_plan_id
@@ -34,6 +35,7 @@ from code_runner.plans.lock import plan_lock
 from code_runner.plans.model import Plan
 from code_runner.plans.outcome import Outcome
 from code_runner.plans.projection import read_base_tree
+from code_runner.plans.recovery import RUN_ID_FILE, recover_plan
 from code_runner.plans.report import emit, record_dir, write_views
 from code_runner.plans.runner_repo import (
     RunnerRepo,
@@ -41,17 +43,23 @@ from code_runner.plans.runner_repo import (
     ensure_runner_repo,
     item_identity,
 )
-from code_runner.plans.states import AttemptState, PlanStatus, RunEnd
+from code_runner.plans.states import AttemptState, FirstReason, PlanStatus, RunEnd
 from code_runner.plans.store import PlanStore
-from code_runner.proc import kill_run_processes
-from code_runner.record import RecordPaths, RunRecord
+from code_runner.proc import signals_as_interrupt
+from code_runner.record import Reason
 from code_runner.repo import git, snapshot
 from code_runner.runner import Preflight, run_task
-from code_runner.runner.leases import drop as drop_lease
 from code_runner.sandbox import decide
-from code_runner.sandbox.cgroups import remove_leftovers
 
-RUN_ID_FILE = "run_id"
+CRASH_AT_ENV = "CODE_RUNNER_PLAN_CRASH_AT"
+
+
+def crash_point(item: str, step: str) -> None:
+    """Die here by SIGKILL when `CODE_RUNNER_PLAN_CRASH_AT` names this step (`audited`, or
+    `P2:audited`): how the crash tests stop the real process at an exact step of an item
+    (admitted, audited, committed) to prove recovery."""
+    if os.environ.get(CRASH_AT_ENV) in (step, f"{item}:{step}"):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,17 @@ class RunSettings:
     item_timeout_s: float
     base_dir: Path  # relative backend arguments (a script file) are read from here
     output_dir: Path | None
+
+    def to_dict(self, approvals: Approvals) -> dict[str, Any]:
+        """What `plan resume` reuses: the run options and the approvals given at import."""
+        return {
+            "output_dir": str(self.output_dir) if self.output_dir else None,
+            "backend": self.backend,
+            "max_rounds": self.max_rounds,
+            "item_timeout_s": self.item_timeout_s,
+            "base_dir": str(self.base_dir),
+            "approved": [list(entry) for entry in approvals.entries],
+        }
 
 
 def load_plan(plan_file: Path, source: Path, base: str, approvals: Approvals) -> tuple[Plan, str]:
@@ -100,7 +119,7 @@ def run_plan(
             base=base_sha,
             plan_id=plan_id,
             name=plan_file.stem,
-            settings={"output_dir": str(settings.output_dir) if settings.output_dir else None},
+            settings=settings.to_dict(approvals),
         )
         plan_id = row["plan_id"]
         out = record_dir(plan_id, row["settings"])
@@ -120,6 +139,11 @@ class PlanRun:
     ) -> None:
         self.store, self.plan_id, self.source = store, plan_id, source
         self.settings, self.out, self.on_event = settings, out, on_event
+        self.closing = False  # a signal came: no further item is admitted
+        self.settling = False  # a terminal write is under way: a signal waits for it
+
+    def _close(self, _name: str) -> None:
+        self.closing = True
 
     def emit(self, kind: str, **data: Any) -> None:
         emit(self.out, kind, plan=self.plan_id, **data)
@@ -131,43 +155,40 @@ class PlanRun:
         runner = ensure_runner_repo(self.plan_id, self.source, base_sha)
         self.emit("run_started", head=self.store.plan(self.plan_id)["head"])
         try:
-            while self._admissible():
-                item = self.store.next_item(self.plan_id)
-                assert item is not None
-                ended = self.run_item(runner, item)
-                write_views(self.store, self.plan_id, self.out)
-                if ended is not AttemptState.COMPLETED:
-                    break  # a failed item waits for the next `plan run`
+            with signals_as_interrupt(
+                Interrupted, on_signal=self._close, ignore=lambda: self.settling
+            ):
+                self._loop(runner)
         finally:
             self.store.end_run(self.plan_id)
             status = write_views(self.store, self.plan_id, self.out)
             self.emit("run_finished", status=status["status"])
         return status
 
+    def _loop(self, runner: RunnerRepo) -> None:
+        while self._admissible():
+            item = self.store.next_item(self.plan_id)
+            assert item is not None
+            ended = self.run_item(runner, item)
+            write_views(self.store, self.plan_id, self.out)
+            if ended is not AttemptState.COMPLETED:
+                break  # a failed item waits for the next `plan run`
+
     def _admissible(self) -> bool:
         row = self.store.plan(self.plan_id)
         status = PlanStatus(row["status"])
         admitting = status in (PlanStatus.READY, PlanStatus.PAUSED, PlanStatus.RUNNING)
+        admitting = admitting and not self.closing
         return admitting and self.store.next_item(self.plan_id) is not None
 
     # --- recovery -------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """A dead owner's attempts: kill their processes, remove their workspaces, finish
-        their records, and settle them by the store's mapping (before anything is admitted)."""
-        for row in self.store.attempts(self.plan_id):
-            if not AttemptState(row["state"]).active:
-                continue
-            run_id = _run_id(row["record_dir"])
-            if run_id is not None:
-                kill_run_processes(run_id)
-                files.force_rmtree(dirs.workspaces_dir() / run_id)
-                remove_leftovers(run_id)
-                _abandon(Path(row["record_dir"]), row["item"], run_id)
-                drop_lease(run_id)
-        settled = self.store.recover(self.plan_id)
-        for done in settled:
-            self.emit("attempt_recovered", attempt=done.attempt_id, state=done.state.value)
+        """What a dead owner left (`plans.recovery`), before anything is admitted; owed
+        work it pays leaves the plan at a gate, so nothing is admitted after it."""
+        done = recover_plan(self.store, self.plan_id, self.emit)
+        for owed in done.owed:
+            self.emit("owed_paid", what=owed)
 
     # --- one item -------------------------------------------------------------------------
 
@@ -188,13 +209,21 @@ class PlanRun:
         where.mkdir(parents=True, exist_ok=True)
         files.atomic_write_text(where / RUN_ID_FILE, run_id + "\n")
         self.emit("item_admitted", item=item_id, attempt=attempt["id"], parent=attempt["parent"])
+        crash_point(item_id, "admitted")
         try:
             outcome = self._attempt(runner, plan, item_id, attempt, where, run_id)
+        except Interrupted as exc:
+            self.store.record_first_reason(attempt["id"], FirstReason.SHUTDOWN)
+            outcome = Outcome(end=RunEnd.FAILED, diagnostic=exc.render())
         except CodeRunnerError as exc:
             outcome = Outcome(end=RunEnd.CAPTURE_FAILURE, diagnostic=exc.render())
         if outcome.diagnostic.startswith("violation:"):
             self.store.record_finding(attempt["id"], "violation", outcome.diagnostic)
-        settled = self.store.settle(attempt["id"], outcome)
+        self.settling = True
+        try:
+            settled = self.store.settle(attempt["id"], outcome)
+        finally:
+            self.settling = False
         self.emit(
             "item_settled",
             item=item_id,
@@ -240,6 +269,9 @@ class PlanRun:
         self.store.mark_running(attempt["id"])
         self.emit("item_running", item=item_id, run_id=run_id)
         result = run_task(pre, run_id=run_id, item_mode=True, allowlist=every_path())
+        if result.reason in (Reason.INTERRUPTED, Reason.STOPPED):
+            self.store.record_first_reason(attempt["id"], FirstReason.SHUTDOWN)
+        crash_point(item_id, "audited")
         after = snapshot.take(self.source)
         changed = snapshot.differences(before, after)
         if changed:
@@ -274,6 +306,7 @@ class PlanRun:
             ref=attempt_ref(attempt["id"]),
         )
         self.emit("commit_built", item=item_id, sha=commit.sha)
+        crash_point(item_id, "committed")
         return Outcome(
             end=RunEnd.OK,
             commit=commit,
@@ -281,21 +314,6 @@ class PlanRun:
             protected=judged.protected,
             stop_reason=result.reason.value,
         )
-
-
-def _run_id(record: str | None) -> str | None:
-    if not record:
-        return None
-    with contextlib.suppress(OSError):
-        return (Path(record) / RUN_ID_FILE).read_text().strip() or None
-    return None
-
-
-def _abandon(output_dir: Path, task_id: str, run_id: str) -> None:
-    with contextlib.suppress(RecordError, OSError):
-        record = RunRecord.reopen(RecordPaths(output_dir, task_id))
-        if record.run_id == run_id:
-            record.mark_abandoned("the plan process died while this item ran")
 
 
 def status_json(status: dict[str, Any]) -> str:

@@ -82,7 +82,9 @@ PLAN_TRANSITIONS: dict[PlanStatus, frozenset[PlanStatus]] = {
         {PlanStatus.RUNNING, PlanStatus.READY, PlanStatus.CANCELLED, PlanStatus.NEEDS_HUMAN, *GATES}
     ),
     PlanStatus.RUNNING: frozenset({PlanStatus.RUNNING, *_STOPS}),
-    PlanStatus.NEEDS_AMENDMENT: frozenset({PlanStatus.READY, PlanStatus.CANCELLED}),
+    PlanStatus.NEEDS_AMENDMENT: frozenset(
+        {PlanStatus.READY, PlanStatus.NEEDS_APPROVAL, PlanStatus.CANCELLED}
+    ),
     PlanStatus.NEEDS_APPROVAL: frozenset({PlanStatus.READY, PlanStatus.CANCELLED}),
     PlanStatus.NEEDS_HUMAN: frozenset({PlanStatus.READY, PlanStatus.CANCELLED}),
     PlanStatus.DONE: frozenset({PlanStatus.READY, PlanStatus.CANCELLED}),

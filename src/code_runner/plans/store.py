@@ -341,11 +341,17 @@ class PlanStore(StoreBase):
             )
         ]
 
-    def recover(self, plan_id: str, ends: Mapping[str, RunEnd] | None = None) -> list[Settled]:
+    def recover(
+        self,
+        plan_id: str,
+        ends: Mapping[str, RunEnd] | None = None,
+        partial: Mapping[str, str] | None = None,
+    ) -> list[Settled]:
         """Finalise every attempt a dead owner left active, by the same mapping, at once.
 
         The caller holds the plan lock (so the owner is gone) and passes what it learned of
-        each run (`ends`, e.g. a timeout from the item record); the rest end as interrupted.
+        each run (`ends`, e.g. a timeout from the item record) and the partial patch saved
+        from its workspace (`partial`); the rest end as interrupted.
         """
         out: list[Settled] = []
         with self.write() as db:
@@ -355,7 +361,9 @@ class PlanStore(StoreBase):
             ).fetchall():
                 end = (ends or {}).get(row["id"], RunEnd.FAILED)
                 outcome = Outcome(
-                    end=end, diagnostic="Interrupted: code-runner stopped while this was running"
+                    end=end,
+                    diagnostic="Interrupted: code-runner stopped while this was running",
+                    diagnostic_ref=(partial or {}).get(row["id"]),
                 )
                 out.append(self._settle(db, row, outcome))
         return out

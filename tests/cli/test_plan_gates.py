@@ -1,0 +1,185 @@
+"""`plan stop|resume|cancel|approve|amend` through the real CLI: the real store file, real
+git, real processes and the scripted backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from code_runner import dirs
+from code_runner.plans.item import is_protected
+from tests.helpers.plan_runs import (
+    FIXED,
+    PY,
+    calc_source,
+    plan_cli,
+    plan_item,
+    put,
+    run_args,
+    shell,
+    status_of,
+    write_plan,
+    write_script,
+)
+from tests.helpers.tasks import fingerprint
+
+pytestmark = pytest.mark.integration
+
+SUB = "def sub(a, b):\n    return a - b\n"
+
+
+def _events(out: Path) -> list[dict[str, object]]:
+    if not (out / "plan.events.jsonl").exists():
+        return []
+    return [json.loads(line) for line in (out / "plan.events.jsonl").read_text().splitlines()]
+
+
+def _wait_for_event(out: Path, kind: str, timeout_s: float = 60.0) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [e for e in _events(out) if e["kind"] == kind]
+        if found:
+            return found[-1]
+        time.sleep(0.1)
+    raise AssertionError(f"no {kind} event in {out}")
+
+
+@pytest.mark.parametrize(
+    ("path", "later"),
+    [("pyproject.toml", set()), ("requirements-dev.txt", set()), ("tests/conftest.py", set()),
+     (".github/workflows/ci.yml", set()), ("tools/check.py", {"tools/check.py"}),
+     (".gitattributes", set()), (".gitmodules", set()), ("src/app.py", set())],
+)  # fmt: skip
+def test_protected_files(path: str, later: set[str]) -> None:
+    assert is_protected(path, later) is (path != "src/app.py")
+
+
+def test_a_protected_change_stops_in_needs_approval_and_approve_changes_continues(
+    tmp_path: Path,
+) -> None:
+    source = calc_source(tmp_path)
+    before = fingerprint(source)
+    plan = write_plan(
+        tmp_path,
+        plan_item(1, "Fix add", [("calc.py", "edit"), ("conftest.py", "add")]),
+        plan_item(2, "Add sub", [("sub.py", "add")]),
+    )
+    write_script(tmp_path, "P1", [put("calc.py", FIXED), put("conftest.py", "# shared\n")])
+    write_script(tmp_path, "P2", [put("sub.py", SUB)])
+    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    status = status_of(done.stdout)
+    plan_id = status["plan_id"]
+    assert status["status"] == "needs_approval"
+    assert status["items"][0]["protected"] == ["conftest.py"]
+    assert status["items"][1]["state"] == "pending"  # stopped before the next item
+
+    refused = plan_cli("approve", plan_id, "--continue")
+    assert refused.returncode == 2 and "--changes or --redo" in refused.stderr
+    approved = plan_cli("approve", plan_id, "--changes", "--json")
+    assert approved.returncode == 0, approved.stderr
+    first = json.loads(approved.stdout)
+    assert first["status"] == "ready" and not first["replayed"]
+    again = plan_cli("approve", plan_id, "--changes", "--json")  # the same command again
+    assert again.returncode == 0
+    second = json.loads(again.stdout)
+    assert second["replayed"] and second["message"] == first["message"]
+
+    resumed = plan_cli("resume", plan_id, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    final = status_of(resumed.stdout)
+    assert final["status"] == "done"
+    assert [i["state"] for i in final["items"]] == ["committed", "committed"]
+    assert final["items"][0]["commit"] == status["items"][0]["commit"]  # not committed twice
+    assert fingerprint(source) == before
+
+
+def test_scope_pause_amend_then_approve_continue(tmp_path: Path) -> None:
+    source = calc_source(tmp_path)
+    items = [plan_item(1, "Fix add", [("calc.py", "edit")]),
+             plan_item(2, "Add sub", [("sub.py", "add")])]  # fmt: skip
+    plan = write_plan(tmp_path, *items)
+    write_script(tmp_path, "P1", [put("calc.py", FIXED), put("notes.txt", "why\n")])
+    write_script(tmp_path, "P2", [put("sub.py", SUB)])
+    status = status_of(plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path).stdout)
+    plan_id = status["plan_id"]
+    assert status["status"] == "needs_amendment"
+
+    items[0]["files"].append(
+        {"path": "notes.txt", "kind": "add", "renamed_from": None, "change": "why"}
+    )
+    amended = write_plan(tmp_path, *items, name="amended")
+    done = plan_cli("amend", plan_id, str(amended), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["revision"] == 2
+    replay = plan_cli("amend", plan_id, str(amended), "--json")
+    assert json.loads(replay.stdout)["replayed"]  # no third revision
+    go = plan_cli("approve", plan_id, "--continue", "--json")
+    assert go.returncode == 0, go.stderr
+
+    final = status_of(plan_cli("resume", plan_id, "--json").stdout)
+    assert final["status"] == "done" and final["revision"] == 2
+    assert final["items"][0]["commit"] == status["items"][0]["commit"]  # adopted, not rerun
+    assert final["items"][1]["state"] == "committed"
+
+
+def test_stop_then_resume_and_a_second_run_is_refused_before_writing(tmp_path: Path) -> None:
+    source = calc_source(tmp_path)
+    before = fingerprint(source)
+    plan = write_plan(tmp_path, plan_item(1, "Fix add", [("calc.py", "edit")]))
+    write_script(tmp_path, "P1", [shell("sleep 60")])
+    out = tmp_path / "record"
+    proc = subprocess.Popen(
+        run_args(plan, source, "--output-dir", str(out)), cwd=tmp_path, env=os.environ.copy(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        running = _wait_for_event(out, "item_running")
+        plan_id = str(running["plan"])
+        store = dirs.state_dir() / "plans" / "plans.sqlite"
+        events = (out / "plan.events.jsonl").read_bytes()
+        version = status_of(plan_cli("status", plan_id, "--json").stdout)
+        second = plan_cli("resume", plan_id)
+        assert second.returncode == 3, second.stderr
+        assert f"plan {plan_id} is running in pid {proc.pid}" in second.stderr
+        again = plan_cli(*run_args(plan, source), cwd=tmp_path)
+        assert again.returncode == 3
+        assert (out / "plan.events.jsonl").read_bytes() == events  # nothing written
+        assert status_of(plan_cli("status", plan_id, "--json").stdout)["items"] == version["items"]
+        assert store.is_file()
+
+        watch = subprocess.Popen(
+            [PY, "-m", "code_runner", "plan", "status", plan_id, "--watch", "--json",
+             "--interval", "0.2"], stdout=subprocess.PIPE, text=True, env=os.environ.copy(),
+        )  # fmt: skip
+        stopped = plan_cli("stop", plan_id, "--json", "--wait", "60")
+        assert stopped.returncode == 0, stopped.stderr
+        assert json.loads(stopped.stdout)["status"] == "paused"
+        assert proc.wait(timeout=60) == 1
+        seen, _ = watch.communicate(timeout=60)
+        lines = [json.loads(line)["status"] for line in seen.splitlines()]
+        assert lines[0] == "running" and lines[-1] == "paused" and watch.returncode == 0
+    finally:
+        proc.kill()
+    status = status_of(plan_cli("status", plan_id, "--json").stdout)
+    attempt = status["items"][0]["attempts"][0]
+    assert (attempt["state"], attempt["reason"]) == ("cancelled", "Cancelled.")
+    sleeping = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True)
+    assert not sleeping.stdout.strip() or str(proc.pid) not in sleeping.stdout
+
+    write_script(tmp_path, "P1", [put("calc.py", FIXED)])
+    resumed = plan_cli("resume", plan_id, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert status_of(resumed.stdout)["status"] == "done"
+    assert fingerprint(source) == before
+
+    cancelled = plan_cli("cancel", plan_id, "--json")
+    assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["status"] == "cancelled"
+    closed = plan_cli("resume", plan_id)
+    assert closed.returncode == 2 and "cancelled" in closed.stderr
+    assert "Traceback" not in closed.stderr
