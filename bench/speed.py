@@ -186,14 +186,17 @@ def row_turn(turns: int) -> None:
                     "cwd": str(source),
                     "output_dir": str(root / "out"),
                     "allowlist": ["calc.py"],
-                    "definition_of_done": {"command": "true", "assertion": "exit_code == 0"},
+                    "definition_of_done": {"command": "false", "assertion": "exit_code == 0"},
                     "max_rounds": 1,
                 },
                 base_dir=root,
                 source="speed",
             )
+            outcome = runner.run_task(runner.preflight(task, base_dir=root))
             os.environ.pop("CODE_RUNNER_CONFIG", None)
-            runner.run_task(runner.preflight(task, base_dir=root))
+            kind = (outcome.sandbox or {}).get("kind")
+            if len(server.stream_requests()) != turns + 1 or kind != "bwrap":
+                raise SystemExit(f"the turn run did not pass sandboxed: {outcome}")
             requests = server.stream_requests()
             gaps = [b.received_at - a.received_at for a, b in itertools.pairwise(requests)]
     per_turn = statistics.median(gaps[1:])  # the first gap holds round 0's DoD
@@ -230,9 +233,9 @@ def row_task(repeat: int, sizes: list[int], tmp: str | None) -> None:
     with tempfile.TemporaryDirectory(prefix="speed-task-", dir=tmp) as scratch:
         root = Path(scratch)
         os.environ["CODE_RUNNER_STATE_DIR"] = str(root / "state")
+        counter = iter(range(100_000))
         for files in sizes:
             repo = overhead.make_repo(root / f"r{files}", files)
-            counter = iter(range(10_000))
             ours, floor = _pair(
                 lambda: overhead.time_runner(root, repo, next(counter)),  # noqa: B023
                 lambda: overhead.time_floor(root, repo),  # noqa: B023

@@ -132,6 +132,7 @@ class Session:
         owner: SandboxUser | None = None,
         frozen: Sequence[Path] = (),
         keep_vars: Sequence[str] = (),
+        identity: SandboxUser | None = None,
     ) -> None:
         self.workspace = workspace
         self.programs = programs
@@ -145,7 +146,7 @@ class Session:
         if os.geteuid() != 0:
             self.identity: SandboxUser | None = None
         else:
-            self.identity = owner or new_identity()
+            self.identity = owner or identity or new_identity()
         self._env = sandbox_env(env, workspace.work_tree, keep_vars)
         self._cgroups = CgroupSet(cgroups, f"code-runner-{name}", limits) if cgroups else None
         self.cgroup_error: str | None = None
@@ -175,8 +176,12 @@ class Session:
         self.close()
 
     def open(self) -> None:
-        """Hand the work tree to the sandbox's uid and make the cgroups."""
-        self.hand_over()
+        """Hand the work tree to the sandbox's uid (unless it was checked out as that uid)
+        and make the cgroups."""
+        identity = self.identity
+        checked_out_as = getattr(self.workspace, "owner", None)
+        if identity is None or checked_out_as != (identity.uid, identity.gid):
+            self.hand_over()
         if self._cgroups is not None:
             try:
                 self._cgroups.create()

@@ -6,11 +6,20 @@ that is released leaves nothing behind.
 
 The `Workspace` owns its state: the tree its work tree holds, the git state an agent must
 not change, its command environment and scratch dirs. A round reads as verbs on it:
-`audit`, `keep`, `restore`, `export`, `release`."""
+`audit`, `keep`, `restore`, `export`, `release`.
+
+A root runner whose commands run as a sandbox uid checks the tree out as that uid
+(`owner`): every file is the sandbox's from the start, so no walk re-owns the tree and no
+inode change time moves under git's index (which would make the audit re-read every file).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +58,16 @@ class ExportedPatch:
 class Workspace:
     """A live disposable checkout. Made by `create`; ends with `release`."""
 
-    def __init__(self, paths: WorkspacePaths, *, tree: str, git_before: GitState):
+    def __init__(
+        self,
+        paths: WorkspacePaths,
+        *,
+        tree: str,
+        git_before: GitState,
+        owner: tuple[int, int] | None = None,
+    ):
         self.paths = paths
+        self.owner = owner  # (uid, gid) that owns every file of the checkout, if one does
         self._tree: str | None = tree
         self._git_before = git_before
         self.created_bytes = files.disk_usage(paths.root)  # the checkout itself
@@ -169,10 +186,13 @@ def create(
     run_id: str,
     output_dir: Path | None = None,
     project: ProjectEnv | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> Workspace:
     """Make a disposable checkout of `source` at `base`. The source is only read.
 
-    Its commands get the project's environment (`project`, or the one `discover` finds)."""
+    Its commands get the project's environment (`project`, or the one `discover` finds).
+    `owner` (uid, gid): check the files out as that user where this runner can (root, with
+    `setpriv`); `Workspace.owner` says whether it did."""
     assert source.work_tree is not None
     root = dirs.workspaces_dir() / run_id
     root.mkdir(parents=True, exist_ok=False)
@@ -189,9 +209,76 @@ def create(
         paths.tmp_dir.mkdir()
         with source_lock(source.git_dir):
             git.clone_shared(source, git_dir=paths.git_dir, work_tree=paths.work_tree)
-        paths.repo.run("checkout", "--quiet", "--no-recurse-submodules", "--detach", base)
-        return Workspace(paths, tree=trees.base_tree(paths), git_before=git_state(paths))
+        owned = _checkout(paths, base, owner)
+        return Workspace(
+            paths, tree=trees.base_tree(paths), git_before=git_state(paths), owner=owned
+        )
     except BaseException:
         # A half-made workspace must not wait for `gc`: nothing else knows it exists.
         force_rmtree(root)
         raise
+
+
+_CHECKOUT = ("checkout", "--quiet", "--no-recurse-submodules", "--detach")
+# git runs with the owner as its effective uid, so what it creates is the owner's, and root
+# as its real uid with the file-access capabilities, so it reads and writes where root can
+# (the source's objects, a git dir under a 0700 home) as before
+_CAPS = "+dac_override,+dac_read_search,+fowner"
+
+
+def _as_user_argv(owner: tuple[int, int]) -> list[str] | None:
+    setpriv = _setpriv()
+    if setpriv is None:
+        return None
+    uid, gid = owner
+    return [
+        setpriv,
+        f"--euid={uid}",
+        f"--egid={gid}",
+        "--clear-groups",
+        f"--inh-caps={_CAPS}",
+        f"--ambient-caps={_CAPS}",
+    ]
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """`setpriv`, if it can run a program as another uid with the capabilities above here."""
+    found = shutil.which("setpriv")
+    if found is None or os.geteuid() != 0:
+        return None
+    probe = [found, "--euid=65534", "--egid=65534", "--clear-groups"]
+    probe += [f"--inh-caps={_CAPS}", f"--ambient-caps={_CAPS}", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return found if done.returncode == 0 else None
+
+
+def _checkout(
+    paths: WorkspacePaths, base: str, owner: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """Check `base` out; as `owner` where possible. The owner it was checked out as."""
+    prefix = _as_user_argv(owner) if owner is not None else None
+    if owner is None or prefix is None:
+        paths.repo.run(*_CHECKOUT, base)
+        return None
+    os.chown(paths.work_tree, *owner)
+    try:
+        paths.repo.run(*_CHECKOUT, base, prefix=prefix)
+    finally:
+        _give_back(paths.git_dir, owner[0])
+    return owner
+
+
+def _give_back(git_dir: Path, uid: int) -> None:
+    """What git wrote into the git dir as `uid` (the index, HEAD's log) becomes root's
+    again: the sandbox's uid owns the work tree, never the git state."""
+    for here, dirnames, filenames in os.walk(git_dir):
+        for name in (*dirnames, *filenames):
+            path = os.path.join(here, name)
+            if os.lstat(path).st_uid == uid:
+                os.chown(path, 0, 0, follow_symlinks=False)
+    if git_dir.stat().st_uid == uid:
+        os.chown(git_dir, 0, 0)
