@@ -2,7 +2,8 @@
 file is that uid's from the start, the git dir stays root's, opening the sandbox changes
 no inode (so git's index still matches every file and the audit re-reads none), and the
 audit still sees what the sandboxed uid changes, a same-size edit with its old mtime put
-back included."""
+back included. What the audit restores is written as that uid too, so no walk re-owns
+anything."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def test_the_checkout_is_the_sandbox_uids_and_the_audit_sees_its_edits(tmp_path:
             # same size, old mtime put back: only the inode change time tells
             edit = (
                 "stat -c %y a.txt > /tmp/m && printf 'ALPHA\\n' > a.txt && "
-                'touch -d "$(cat /tmp/m)" a.txt && echo new > pkg/new.txt'
+                'touch -d "$(cat /tmp/m)" a.txt && echo new > pkg/new.txt && '
+                "echo outside > pkg/b.py"
             )
             ran = proc.run(
                 session.wrap(proc.shell_argv(edit)),
@@ -70,11 +72,17 @@ def test_the_checkout_is_the_sandbox_uids_and_the_audit_sees_its_edits(tmp_path:
                 timeout_s=60,
             )
             assert ran.ok, ran.stderr
-        edited = ws.work_tree / "a.txt"
-        assert edited.stat().st_mtime_ns == tree["a.txt"].st_mtime_ns
-        assert edited.stat().st_size == tree["a.txt"].st_size
-        found = ws.audit(Allowlist.parse(["a.txt", "pkg"]))
-        assert sorted(c.path for c in found.allowed) == ["a.txt", "pkg/new.txt"]
+            edited = ws.work_tree / "a.txt"
+            assert edited.stat().st_mtime_ns == tree["a.txt"].st_mtime_ns
+            assert edited.stat().st_size == tree["a.txt"].st_size
+            found = ws.audit(Allowlist.parse(["a.txt", "pkg/new.txt"]))
+            assert sorted(c.path for c in found.allowed) == ["a.txt", "pkg/new.txt"]
+            assert [r.change.path for r in found.rejected] == ["pkg/b.py"]
+            assert (ws.work_tree / "pkg/b.py").read_text() == FILES["pkg/b.py"]
+            owners = {(s.st_uid, s.st_gid) for s in _entries(ws.work_tree, skip=".git").values()}
+            assert owners == {OWNER}, "the audit restored a file as root"
+            assert {s.st_uid for s in _entries(ws.git_dir).values()} == {0}
+            assert session.hand_over() == 0
     finally:
         ws.release()
 

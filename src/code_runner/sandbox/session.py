@@ -176,12 +176,8 @@ class Session:
         self.close()
 
     def open(self) -> None:
-        """Hand the work tree to the sandbox's uid (unless it was checked out as that uid)
-        and make the cgroups."""
-        identity = self.identity
-        checked_out_as = getattr(self.workspace, "owner", None)
-        if identity is None or checked_out_as != (identity.uid, identity.gid):
-            self.hand_over()
+        """Hand the work tree to the sandbox's uid and make the cgroups."""
+        self.hand_over()
         if self._cgroups is not None:
             try:
                 self._cgroups.create()
@@ -194,8 +190,13 @@ class Session:
             self._cgroups.remove()
 
     def hand_over(self) -> int:
-        """Re-own what the runner wrote into the work tree since the last command."""
+        """Re-own what the runner wrote into the work tree since the last command.
+
+        Nothing to do for a workspace whose files the runner writes as the sandbox's uid
+        (`owner`: checked out and restored as that uid), so no walk reads the tree."""
         if self.identity is None or self.keeps_owner:
+            return 0
+        if getattr(self.workspace, "owner", None) == (self.identity.uid, self.identity.gid):
             return 0
         return hand_over(self.workspace.work_tree, self.identity)
 

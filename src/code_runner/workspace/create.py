@@ -16,10 +16,7 @@ inode change time moves under git's index (which would make the audit re-read ev
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +29,7 @@ from code_runner.workspace.audit import Audit, GitState, git_state, object_files
 from code_runner.workspace.audit import audit as audit_changes
 from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import source_lock, write_lease
+from code_runner.workspace.owner import as_user_argv, give_back
 from code_runner.workspace.python_env import ProjectEnv, discover
 
 
@@ -58,21 +56,18 @@ class ExportedPatch:
 class Workspace:
     """A live disposable checkout. Made by `create`; ends with `release`."""
 
-    def __init__(
-        self,
-        paths: WorkspacePaths,
-        *,
-        tree: str,
-        git_before: GitState,
-        owner: tuple[int, int] | None = None,
-    ):
+    def __init__(self, paths: WorkspacePaths, *, tree: str, git_before: GitState):
         self.paths = paths
-        self.owner = owner  # (uid, gid) that owns every file of the checkout, if one does
         self._tree: str | None = tree
         self._git_before = git_before
         self.created_bytes = files.disk_usage(paths.root)  # the checkout itself
 
     # --- where things are ----------------------------------------------------------------
+
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        """(uid, gid) that owns every file of the work tree, written as it, if one does."""
+        return self.paths.owner
 
     @property
     def run_id(self) -> str:
@@ -210,9 +205,8 @@ def create(
         with source_lock(source.git_dir):
             git.clone_shared(source, git_dir=paths.git_dir, work_tree=paths.work_tree)
         owned = _checkout(paths, base, owner)
-        return Workspace(
-            paths, tree=trees.base_tree(paths), git_before=git_state(paths), owner=owned
-        )
+        paths = dataclasses.replace(paths, owner=owned)
+        return Workspace(paths, tree=trees.base_tree(paths), git_before=git_state(paths))
     except BaseException:
         # A half-made workspace must not wait for `gc`: nothing else knows it exists.
         force_rmtree(root)
@@ -220,47 +214,13 @@ def create(
 
 
 _CHECKOUT = ("checkout", "--quiet", "--no-recurse-submodules", "--detach")
-# git runs with the owner as its effective uid, so what it creates is the owner's, and root
-# as its real uid with the file-access capabilities, so it reads and writes where root can
-# (the source's objects, a git dir under a 0700 home) as before
-_CAPS = "+dac_override,+dac_read_search,+fowner"
-
-
-def _as_user_argv(owner: tuple[int, int]) -> list[str] | None:
-    setpriv = _setpriv()
-    if setpriv is None:
-        return None
-    uid, gid = owner
-    return [
-        setpriv,
-        f"--euid={uid}",
-        f"--egid={gid}",
-        "--clear-groups",
-        f"--inh-caps={_CAPS}",
-        f"--ambient-caps={_CAPS}",
-    ]
-
-
-@functools.cache
-def _setpriv() -> str | None:
-    """`setpriv`, if it can run a program as another uid with the capabilities above here."""
-    found = shutil.which("setpriv")
-    if found is None or os.geteuid() != 0:
-        return None
-    probe = [found, "--euid=65534", "--egid=65534", "--clear-groups"]
-    probe += [f"--inh-caps={_CAPS}", f"--ambient-caps={_CAPS}", "true"]
-    try:
-        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return found if done.returncode == 0 else None
 
 
 def _checkout(
     paths: WorkspacePaths, base: str, owner: tuple[int, int] | None
 ) -> tuple[int, int] | None:
     """Check `base` out; as `owner` where possible. The owner it was checked out as."""
-    prefix = _as_user_argv(owner) if owner is not None else None
+    prefix = as_user_argv(owner) if owner is not None else None
     if owner is None or prefix is None:
         paths.repo.run(*_CHECKOUT, base)
         return None
@@ -268,17 +228,5 @@ def _checkout(
     try:
         paths.repo.run(*_CHECKOUT, base, prefix=prefix)
     finally:
-        _give_back(paths.git_dir, owner[0])
+        give_back(paths.git_dir, owner[0])
     return owner
-
-
-def _give_back(git_dir: Path, uid: int) -> None:
-    """What git wrote into the git dir as `uid` (the index, HEAD's log) becomes root's
-    again: the sandbox's uid owns the work tree, never the git state."""
-    for here, dirnames, filenames in os.walk(git_dir):
-        for name in (*dirnames, *filenames):
-            path = os.path.join(here, name)
-            if os.lstat(path).st_uid == uid:
-                os.chown(path, 0, 0, follow_symlinks=False)
-    if git_dir.stat().st_uid == uid:
-        os.chown(git_dir, 0, 0)
