@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import itertools
 import os
 import shutil
@@ -242,13 +243,38 @@ def row_task(repeat: int, sizes: list[int], tmp: str | None) -> None:
                 repeat,
             )
             _row(f"task vs the same git work by hand, {files} files, tmpfs", ours, floor, "<= 1.3x")
-        files = sizes[-1]
-        repo = root / f"r{files}"
+
+
+def row_create(repeat: int, files: int, tmp: str | None) -> None:
+    """Time to the first agent round: the workspace made and the sandbox opened on it (as a
+    root runner does: its tree handed to the sandbox's uid), then released, against the
+    same clone and checkout by hand, on a repo of `files` files."""
+    with tempfile.TemporaryDirectory(prefix="speed-create-", dir=tmp) as scratch:
+        root = Path(scratch)
+        os.environ["CODE_RUNNER_STATE_DIR"] = str(root / "state")
+        repo = overhead.make_repo(root / "r", files)
         source = git.open_source(repo)
         head = source.out("rev-parse", "HEAD")
+        counter = iter(range(100_000))
+
+        owned = "owner" in inspect.signature(workspace.create).parameters
 
         def create() -> None:
-            workspace.create(source, head, run_id="speed").release()
+            identity = sandbox.new_identity() if owned else None
+            extra: dict[str, Any] = {"owner": (identity.uid, identity.gid)} if identity else {}
+            ws = workspace.create(source, head, run_id=f"speed{next(counter)}", **extra)
+            session = sandbox.open_session(
+                ws,
+                env=ws.env(),
+                network=False,
+                limits=sandbox.DEFAULT_LIMITS,
+                cpu_s=60,
+                name="speed",
+                **({"identity": identity} if identity else {}),
+            )
+            session.open()
+            session.close()
+            ws.release()
 
         def by_hand() -> None:
             ws = root / "floor-ws"
@@ -265,8 +291,8 @@ def row_task(repeat: int, sizes: list[int], tmp: str | None) -> None:
             overhead.git(ws / "wt", "checkout", "-q", "--detach", "HEAD")
             shutil.rmtree(ws)
 
-        ours, floor = _pair(create, by_hand, max(3, repeat // 2))
-        _row(f"workspace create+release, {files} files, tmpfs", ours, floor, "< 0.5 s")
+        ours, floor = _pair(create, by_hand, repeat)
+    _row(f"workspace + sandbox open, {files} files, tmpfs", ours, floor, "< 0.5 s")
 
 
 def main() -> int:
@@ -275,10 +301,13 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,20000,100000", help="file counts of the task")
     parser.add_argument("--crowd", type=int, default=1500, help="idle processes for proc.run")
     parser.add_argument("--turns", type=int, default=24)
-    parser.add_argument("--only", choices=["proc", "sandbox", "turn", "help", "model", "task"])
+    parser.add_argument(
+        "--only", choices=["proc", "sandbox", "turn", "help", "model", "task", "create"]
+    )
     default_tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
     parser.add_argument("--tmp", default=default_tmp, help="where the task rows build repos")
     args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="speed-state-") as state:
         os.environ["CODE_RUNNER_STATE_DIR"] = state
         print(f"{'what':58} {'ours':>12} {'floor':>12} {'ratio':>7}  target")
@@ -288,9 +317,8 @@ def main() -> int:
             "turn": lambda: row_turn(args.turns),
             "help": lambda: row_help(args.repeat),
             "model": lambda: row_model_call(args.repeat * 4),
-            "task": lambda: row_task(
-                max(3, args.repeat // 5), [int(s) for s in args.sizes.split(",")], args.tmp
-            ),
+            "task": lambda: row_task(max(3, args.repeat // 5), sizes, args.tmp),
+            "create": lambda: row_create(max(3, args.repeat // 3), sizes[-1], args.tmp),
         }
         for name, fn in rows.items():
             if args.only in (None, name):
