@@ -16,7 +16,7 @@ wraps the response's byte iterator so that
 - at `[DONE]` the rest of the body (its end-of-body marker) is read before the SDK closes
   the response, so the connection goes back to the pool and the next turn reuses it: the
   SDK's own stream stops reading at `[DONE]`, and a response closed unread takes its
-  connection with it. The drain is bounded (`DRAIN_S`, then the socket is shut) and cannot
+  connection with it. The drain is bounded (no read waits more than `DRAIN_S`) and cannot
   fail a complete answer.
 
 `malformed(exc, guard)` turns what the SDK or a chunk's shape raised into a
@@ -28,8 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -127,26 +125,26 @@ class StreamGuard:
 
     def drain(self, chunks: Iterator[bytes]) -> None:
         """Read what is left of the body after [DONE] (normally just its end), within the
-        guard's limits and at most `DRAIN_S`; whatever goes wrong, the answer stands."""
-        timer = threading.Timer(DRAIN_S, self._hang_up)
-        timer.daemon = True
-        timer.start()
+        guard's limits, no read waiting longer than `DRAIN_S`; whatever goes wrong, the
+        answer stands. Where a read cannot be bounded so, nothing is read (the connection
+        then closes with the response, as the SDK would have it)."""
+        stream: Any = (getattr(self.response, "extensions", None) or {}).get("network_stream")
+        read = getattr(stream, "read", None)
+        if read is None:
+            return
+
+        def bounded(max_bytes: int, timeout: float | None = None) -> Any:
+            return read(max_bytes, DRAIN_S)
+
+        stream.read = bounded
         try:
             for _ in self.watch(chunks):
                 pass
         except Exception:  # noqa: S110 - the answer is complete; only the connection is lost
             pass
         finally:
-            timer.cancel()
-
-    def _hang_up(self) -> None:
-        """Wake a drain stuck on a server that never ends its body: shut the socket."""
-        extensions = getattr(self.response, "extensions", None) or {}
-        stream = extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(AttributeError):
+                del stream.read
 
     def _measure(self, chunk: bytes) -> None:
         start = 0
