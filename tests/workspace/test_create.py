@@ -3,7 +3,8 @@ file is that uid's from the start, the git dir stays root's, opening the sandbox
 no inode (so git's index still matches every file and the audit re-reads none), and the
 audit still sees what the sandboxed uid changes, a same-size edit with its old mtime put
 back included. What the audit restores is written as that uid too, so no walk re-owns
-anything."""
+anything, until something takes the tree back (an agent CLI's round): then the next
+hand-over gives all of it back."""
 
 from __future__ import annotations
 
@@ -83,6 +84,11 @@ def test_the_checkout_is_the_sandbox_uids_and_the_audit_sees_its_edits(tmp_path:
             assert owners == {OWNER}, "the audit restored a file as root"
             assert {s.st_uid for s in _entries(ws.git_dir).values()} == {0}
             assert session.hand_over() == 0
+            # an agent CLI's round takes the tree back; the next hand-over gives it all back
+            sandbox.hand_over(ws.work_tree, sandbox.SandboxUser(0, 0))
+            assert session.hand_over() >= len(FILES)
+            owners = {(s.st_uid, s.st_gid) for s in _entries(ws.work_tree, skip=".git").values()}
+            assert owners == {OWNER}
     finally:
         ws.release()
 

@@ -192,13 +192,19 @@ class Session:
     def hand_over(self) -> int:
         """Re-own what the runner wrote into the work tree since the last command.
 
-        Nothing to do for a workspace whose files the runner writes as the sandbox's uid
-        (`owner`: checked out and restored as that uid), so no walk reads the tree."""
-        if self.identity is None or self.keeps_owner:
+        Nothing to do, and no walk reads the tree, for a workspace whose files the runner
+        writes as the sandbox's uid (`owner`: checked out and restored as that uid) while
+        its top directory is still that uid's: what takes a tree back (an agent CLI's round
+        runs as the runner) takes the whole tree, its top directory included."""
+        identity = self.identity
+        if identity is None or self.keeps_owner:
             return 0
-        if getattr(self.workspace, "owner", None) == (self.identity.uid, self.identity.gid):
-            return 0
-        return hand_over(self.workspace.work_tree, self.identity)
+        if getattr(self.workspace, "owner", None) == (identity.uid, identity.gid):
+            with contextlib.suppress(OSError):
+                top = os.lstat(self.workspace.work_tree)
+                if (top.st_uid, top.st_gid) == (identity.uid, identity.gid):
+                    return 0
+        return hand_over(self.workspace.work_tree, identity)
 
     @property
     def cgroup_controllers(self) -> tuple[str, ...]:
