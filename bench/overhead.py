@@ -44,7 +44,9 @@ DOD = f"{sys.executable} -m unittest -q test_calc"
 
 
 def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True)
+    # no auto-gc: a background gc of the source would change it during a run
+    argv = ["git", "-c", "gc.auto=0", *args]
+    subprocess.run(argv, cwd=cwd, env=GIT_ENV, check=True, capture_output=True)
 
 
 def make_repo(root: Path, files: int) -> Path:
@@ -92,7 +94,7 @@ def time_runner(root: Path, repo: Path, n: int) -> float:
     task = load_spec(task_path)
     outcome = runner.run_task(runner.preflight(task, base_dir=root))
     elapsed = time.perf_counter() - started
-    assert outcome.passed, outcome.result
+    assert outcome.passed, outcome
     return elapsed
 
 

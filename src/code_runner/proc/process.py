@@ -12,7 +12,9 @@ Exit codes are as a shell reports them, whichever way a caller asks: 128+N for s
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import select
 import signal
 import subprocess
 import time
@@ -147,12 +149,29 @@ class Process:
         signal_group(self.pid, sig)
 
     def wait_exit(self, timeout_s: float) -> bool:
-        """Wait up to `timeout_s` for the child itself to exit; whether it has."""
+        """Wait up to `timeout_s` for the child itself to exit; whether it has.
+
+        Woken by the exit itself (a pidfd), not by polling, where the kernel has pidfds.
+        """
+        if self.popen.poll() is not None:
+            return True
         try:
-            self.popen.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+            pidfd = os.pidfd_open(self.popen.pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        if pidfd is None:
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        try:
+            waiter = select.poll()
+            waiter.register(pidfd, select.POLLIN)
+            waiter.poll(max(0, math.ceil(timeout_s * 1000)))
+        finally:
+            os.close(pidfd)
+        return self.popen.poll() is not None
 
     def kill_tree(self, grace_s: float = DEFAULT_GRACE_S) -> int:
         """End the child and everything it started (SIGTERM, grace, SIGKILL); reap them.

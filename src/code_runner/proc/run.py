@@ -4,13 +4,14 @@ plumbing whose output is needed in memory, such as git).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -81,15 +82,13 @@ def run(
     `stop_when` (asked while it runs) returns True (`ProcResult.stopped`).
 
     A program that cannot be started is exit code 127 with the reason in stderr, as in a
-    shell, not an exception.
+    shell, not an exception. Output the caller does not keep goes to anonymous files,
+    which need no directory and vanish with the runner, however it ends.
     """
-    scratch: str | None = None
-    if stdout_path is None or stderr_path is None:
-        scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
-    out_path = stdout_path or Path(scratch or ".") / "stdout"
-    err_path = stderr_path or Path(scratch or ".") / "stderr"
     started = time.monotonic()
-    try:
+    with contextlib.ExitStack() as stack:
+        out_path = stdout_path or stack.enter_context(_anonymous_file())
+        err_path = stderr_path or stack.enter_context(_anonymous_file())
         try:
             process = spawn(
                 argv, cwd=cwd, env=env, stdout_path=out_path, stderr_path=err_path, append=False
@@ -104,9 +103,22 @@ def run(
             grace_s=grace_s,
             stop_when=stop_when,
         )
-    finally:
-        if scratch is not None:
+    raise AssertionError("unreachable")  # pragma: no cover - the with block returns
+
+
+@contextlib.contextmanager
+def _anonymous_file() -> Iterator[Path]:
+    """A path to a file with no name in any directory (O_TMPFILE where the kernel has it),
+    through /proc/self/fd; a per-command scratch dir where /proc is missing."""
+    if not os.path.isdir("/proc/self/fd"):
+        scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        try:
+            yield Path(scratch) / "output"
+        finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        return
+    with tempfile.TemporaryFile() as anonymous:
+        yield Path(f"/proc/self/fd/{anonymous.fileno()}")
 
 
 def _not_started(

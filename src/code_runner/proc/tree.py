@@ -55,21 +55,64 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _children(pid: int) -> list[int] | None:
+    """The children of `pid` from /proc (every thread's list); None where the kernel has no
+    such file (CONFIG_PROC_CHILDREN off)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(child) for child in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int] | None:
+    """Every live descendant of `pid`, read from its children lists: the work grows with
+    the tree, not with the machine. None where /proc has no children lists."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        children = _children(todo.pop())
+        if children is None:
+            return None
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def _carries(pid: int, token: str) -> bool:
+    needle = f"{TOKEN_ENV}={token}".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return needle in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def tokened(token: str, root_pid: int) -> list[psutil.Process]:
     """Live processes that carry `token`: descendants of ours, or orphans now ours."""
     found: list[psutil.Process] = []
-    try:
-        candidates = psutil.Process(os.getpid()).children(recursive=True)
-    except psutil.Error:
-        return found
-    for candidate in candidates:
-        if candidate.pid == root_pid:
-            continue
+    pids = descendants(os.getpid())
+    if pids is None:  # no children lists: psutil builds the tree from every process
         try:
-            if candidate.environ().get(TOKEN_ENV) == token:
-                found.append(candidate)
-        except (psutil.Error, OSError):
+            pids = [p.pid for p in psutil.Process(os.getpid()).children(recursive=True)]
+        except psutil.Error:
+            return found
+    for pid in pids:
+        if pid == root_pid or not _carries(pid, token):
             continue
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid))
     return found
 
 

@@ -104,9 +104,12 @@ class Repo:
         timeout_s: float = GIT_TIMEOUT_S,
         stdin_file: IO[bytes] | None = None,
         stdout_file: IO[bytes] | None = None,
+        prefix: Sequence[str] = (),
     ) -> proc.Captured:
-        """Run one git command; a large input or output streams through the given files."""
-        argv = self.argv(args)
+        """Run one git command; a large input or output streams through the given files.
+
+        `prefix` runs git under another program (`setpriv`, to write as another uid)."""
+        argv = [*prefix, *self.argv(args)]
         cwd = self.work_tree or self.git_dir
         result = proc.capture(
             argv,

@@ -33,7 +33,7 @@ from code_runner.record import (
 from code_runner.repo import snapshot
 from code_runner.runner.preflight import Preflight, new_run_id
 from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop, apply_ending
-from code_runner.sandbox import SandboxMode, Session, open_session
+from code_runner.sandbox import SandboxMode, SandboxUser, Session, new_identity, open_session
 from code_runner.task import contract, spec_to_request
 from code_runner.task.paths import Allowlist
 
@@ -69,6 +69,7 @@ class TaskRun:
         self.ending = Ending(ResultStatus.FAILED, Reason.DOD_FAILED)
         self.patch_info: dict[str, Any] = {}
         self.sandbox: Session | None = None  # the OS sandbox around commands and the DoD
+        self.identity: SandboxUser | None = None  # a root runner's uid for the sandbox
         self.stopping = False  # a stop request is being honoured; further signals wait
         self.applied: apply.ApplyOutcome | None = None  # complete-task mode only
 
@@ -110,6 +111,7 @@ class TaskRun:
             cpu_s=spec.limits.cpu_s or max(1, round(spec.timeout_s + 0.5)),
             name=self.run_id,
             keep_vars=ws.project.variable_names() if ws.project is not None else (),
+            identity=self.identity,
         )
         self.sandbox.open()
 
@@ -323,12 +325,16 @@ class TaskRun:
         """Workspace, rounds, export, apply: the part a signal or an error may cut short."""
         record, spec = self.record, self.spec
         record.transition(RunState.PREPARING, step="create workspace")
+        decision = self.pre.sandbox
+        if decision is not None and decision.use and os.geteuid() == 0:
+            self.identity = new_identity()  # the checkout is the sandbox's from the start
         self.ws = workspace.create(
             self.pre.source,
             self.pre.base,
             run_id=self.run_id,
             output_dir=spec.output_dir,
             project=self._project_env(),
+            owner=(self.identity.uid, self.identity.gid) if self.identity else None,
         )
         record.emit(EventKind.WORKSPACE_CREATED, path=str(self.ws.work_tree))
         self._write_run_info("running")

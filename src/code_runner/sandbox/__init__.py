@@ -17,7 +17,13 @@ from code_runner.sandbox.cgroups import CgroupSupport, detect
 from code_runner.sandbox.limits import DEFAULT_LIMITS, ResourceLimits
 from code_runner.sandbox.probe import Decision, Probe, decide, probe, run_probe
 from code_runner.sandbox.profile import Bind, Profile, Programs, SandboxUser
-from code_runner.sandbox.session import SandboxMode, SandboxWorkspace, Session, hand_over
+from code_runner.sandbox.session import (
+    SandboxMode,
+    SandboxWorkspace,
+    Session,
+    hand_over,
+    new_identity,
+)
 from code_runner.sandbox.source import SourceTree, repo_owner, source_session
 
 
@@ -30,9 +36,12 @@ def open_session(
     cpu_s: int,
     name: str,
     keep_vars: Sequence[str] = (),
+    identity: SandboxUser | None = None,
 ) -> Session:
     """A session for a run, using what the (cached) probe found to work here; `keep_vars`
-    are variables beyond the allowlist that commands get (the ones a task spec sets)."""
+    are variables beyond the allowlist that commands get (the ones a task spec sets);
+    `identity`, the uid a root runner's commands run as when it was chosen before (for the
+    workspace's checkout), else a fresh one."""
     found = probe()
     if not found.ok or found.programs is None:
         raise RuntimeError("open_session needs a passing probe; call decide() first")
@@ -46,6 +55,7 @@ def open_session(
         cgroups=found.cgroups if found.cgroups_usable else None,
         name=name,
         keep_vars=keep_vars,
+        identity=identity,
     )
 
 
@@ -129,6 +139,7 @@ __all__ = [
     "decide",
     "detect",
     "hand_over",
+    "new_identity",
     "open_session",
     "open_source_session",
     "probe",

@@ -132,6 +132,7 @@ class Session:
         owner: SandboxUser | None = None,
         frozen: Sequence[Path] = (),
         keep_vars: Sequence[str] = (),
+        identity: SandboxUser | None = None,
     ) -> None:
         self.workspace = workspace
         self.programs = programs
@@ -145,7 +146,7 @@ class Session:
         if os.geteuid() != 0:
             self.identity: SandboxUser | None = None
         else:
-            self.identity = owner or new_identity()
+            self.identity = owner or identity or new_identity()
         self._env = sandbox_env(env, workspace.work_tree, keep_vars)
         self._cgroups = CgroupSet(cgroups, f"code-runner-{name}", limits) if cgroups else None
         self.cgroup_error: str | None = None
@@ -189,10 +190,21 @@ class Session:
             self._cgroups.remove()
 
     def hand_over(self) -> int:
-        """Re-own what the runner wrote into the work tree since the last command."""
-        if self.identity is None or self.keeps_owner:
+        """Re-own what the runner wrote into the work tree since the last command.
+
+        Nothing to do, and no walk reads the tree, for a workspace whose files the runner
+        writes as the sandbox's uid (`owner`: checked out and restored as that uid) while
+        its top directory is still that uid's: what takes a tree back (an agent CLI's round
+        runs as the runner) takes the whole tree, its top directory included."""
+        identity = self.identity
+        if identity is None or self.keeps_owner:
             return 0
-        return hand_over(self.workspace.work_tree, self.identity)
+        if getattr(self.workspace, "owner", None) == (identity.uid, identity.gid):
+            with contextlib.suppress(OSError):
+                top = os.lstat(self.workspace.work_tree)
+                if (top.st_uid, top.st_gid) == (identity.uid, identity.gid):
+                    return 0
+        return hand_over(self.workspace.work_tree, identity)
 
     @property
     def cgroup_controllers(self) -> tuple[str, ...]:

@@ -12,6 +12,9 @@ streaming path consumes the next step of the script:
 - `Raw(pieces, ...)`: bytes written as they are, under any status and content type, with
   honest or broken HTTP framing and an optional drip (a malformed stream on purpose).
 
+`connections` counts the TCP connections the server accepted, so a test can tell a client
+that keeps its connection from one that opens a new one per request.
+
 A request after the last step gets a 400 saying the script is exhausted, so a test that
 asks for more than it scripted fails fast instead of retrying. `requests` holds every
 request (path, headers, JSON body) with the time the server spent on it, so a benchmark
@@ -166,6 +169,7 @@ class ScriptedServer:
         self.steps: list[Any] = list(steps)
         self.requests: list[LoggedRequest] = []
         self._next = 0
+        self._connections = 0
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._httpd = _QuietServer((host, 0), _handler_for(self))
@@ -216,6 +220,16 @@ class ScriptedServer:
         with self._lock:
             return self._next
 
+    @property
+    def connections(self) -> int:
+        """How many TCP connections the server has accepted so far."""
+        with self._lock:
+            return self._connections
+
+    def _connected(self) -> None:
+        with self._lock:
+            self._connections += 1
+
     def stream_requests(self) -> list[LoggedRequest]:
         return [r for r in self.requests if r.step is not None]
 
@@ -253,6 +267,10 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # each SSE event leaves at once, as from a real server
     scripted: ScriptedServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.scripted._connected()
 
     def log_message(self, format: str, *args: Any) -> None:
         return None  # quiet: the request log is `requests`

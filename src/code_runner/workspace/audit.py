@@ -358,7 +358,7 @@ def _revert(ws: WorkspacePaths, changes: list[Change]) -> None:
     in_base = [c for c in changes if c.kind is not ChangeKind.ADDED]
     if in_base:
         data = b"\0".join(c.path.encode("utf-8", "surrogateescape") for c in in_base) + b"\0"
-        ws.repo.run("checkout-index", "--force", "-z", "--stdin", input_bytes=data)
+        ws.write("checkout-index", "--force", "-z", "--stdin", input_bytes=data)
 
 
 def _remove_path(root: Path, rel: str) -> None:

@@ -6,11 +6,17 @@ that is released leaves nothing behind.
 
 The `Workspace` owns its state: the tree its work tree holds, the git state an agent must
 not change, its command environment and scratch dirs. A round reads as verbs on it:
-`audit`, `keep`, `restore`, `export`, `release`."""
+`audit`, `keep`, `restore`, `export`, `release`.
+
+A root runner whose commands run as a sandbox uid checks the tree out as that uid
+(`owner`): every file is the sandbox's from the start, so no walk re-owns the tree and no
+inode change time moves under git's index (which would make the audit re-read every file).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +29,7 @@ from code_runner.workspace.audit import Audit, GitState, git_state, object_files
 from code_runner.workspace.audit import audit as audit_changes
 from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import source_lock, write_lease
+from code_runner.workspace.owner import as_user_argv, give_back
 from code_runner.workspace.python_env import ProjectEnv, discover
 
 
@@ -56,6 +63,11 @@ class Workspace:
         self.created_bytes = files.disk_usage(paths.root)  # the checkout itself
 
     # --- where things are ----------------------------------------------------------------
+
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        """(uid, gid) that owns every file of the work tree, written as it, if one does."""
+        return self.paths.owner
 
     @property
     def run_id(self) -> str:
@@ -169,10 +181,13 @@ def create(
     run_id: str,
     output_dir: Path | None = None,
     project: ProjectEnv | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> Workspace:
     """Make a disposable checkout of `source` at `base`. The source is only read.
 
-    Its commands get the project's environment (`project`, or the one `discover` finds)."""
+    Its commands get the project's environment (`project`, or the one `discover` finds).
+    `owner` (uid, gid): check the files out as that user where this runner can (root, with
+    `setpriv`); `Workspace.owner` says whether it did."""
     assert source.work_tree is not None
     root = dirs.workspaces_dir() / run_id
     root.mkdir(parents=True, exist_ok=False)
@@ -189,9 +204,29 @@ def create(
         paths.tmp_dir.mkdir()
         with source_lock(source.git_dir):
             git.clone_shared(source, git_dir=paths.git_dir, work_tree=paths.work_tree)
-        paths.repo.run("checkout", "--quiet", "--no-recurse-submodules", "--detach", base)
+        owned = _checkout(paths, base, owner)
+        paths = dataclasses.replace(paths, owner=owned)
         return Workspace(paths, tree=trees.base_tree(paths), git_before=git_state(paths))
     except BaseException:
         # A half-made workspace must not wait for `gc`: nothing else knows it exists.
         force_rmtree(root)
         raise
+
+
+_CHECKOUT = ("checkout", "--quiet", "--no-recurse-submodules", "--detach")
+
+
+def _checkout(
+    paths: WorkspacePaths, base: str, owner: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """Check `base` out; as `owner` where possible. The owner it was checked out as."""
+    prefix = as_user_argv(owner) if owner is not None else None
+    if owner is None or prefix is None:
+        paths.repo.run(*_CHECKOUT, base)
+        return None
+    os.chown(paths.work_tree, *owner)
+    try:
+        paths.repo.run(*_CHECKOUT, base, prefix=prefix)
+    finally:
+        give_back(paths.git_dir, owner[0])
+    return owner

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from code_runner import proc
 from code_runner.repo import git
 from code_runner.workspace.env import command_env, empty_scratch
+from code_runner.workspace.owner import as_user_argv, give_back
 from code_runner.workspace.python_env import SHIM_DIR_NAME, ProjectEnv
 
 
@@ -18,6 +21,7 @@ class WorkspacePaths:
     source_dir: Path
     base: str
     project: ProjectEnv | None = field(default=None, compare=False)
+    owner: tuple[int, int] | None = None  # (uid, gid) the work tree's files are written as
 
     @property
     def work_tree(self) -> Path:
@@ -39,6 +43,17 @@ class WorkspacePaths:
     @property
     def repo(self) -> git.Repo:
         return git.Repo(git_dir=self.git_dir, work_tree=self.work_tree)
+
+    def write(self, *args: str, **kwargs: Any) -> proc.Captured:
+        """A git command that writes files into the work tree, as the tree's owner when it
+        has one (so no walk has to re-own them); the git dir stays root's."""
+        prefix = as_user_argv(self.owner) if self.owner is not None else None
+        if self.owner is None or prefix is None:
+            return self.repo.run(*args, **kwargs)
+        try:
+            return self.repo.run(*args, prefix=prefix, **kwargs)
+        finally:
+            give_back(self.git_dir, self.owner[0])
 
     def env(self) -> dict[str, str]:
         """The environment for tool commands and the DoD in this workspace: the project's

@@ -64,7 +64,7 @@ def materialize(ws: WorkspacePaths) -> str:
         if lines:
             ws.repo.run("update-index", "-z", "--index-info", input_bytes=b"".join(lines), env=env)
         _empty_work_tree(ws)
-        ws.repo.run("checkout-index", "--all", "--force", env=env)
+        ws.write("checkout-index", "--all", "--force", env=env)
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()
@@ -74,7 +74,7 @@ def materialize(ws: WorkspacePaths) -> str:
         _remove(ws.work_tree / path.decode("utf-8", "surrogateescape"))
     changed = [p for p in differ if p in ours]
     if changed:
-        ws.repo.run(
+        ws.write(
             "checkout-index", "--force", "-z", "--stdin", input_bytes=b"\0".join(changed) + b"\0"
         )
     ws.repo.run("update-index", "-q", "--refresh", check=False)

@@ -196,6 +196,7 @@ class OpenAIChatClient:
                 stream_cls=openai.Stream[object],
             )
             with stream:
+                guard.response = stream.response
                 _check_content_type(stream.response, guard)
                 for chunk in stream:
                     now = time.monotonic()

@@ -12,7 +12,12 @@ wraps the response's byte iterator so that
   trickling in (an SSE comment every second never makes the SDK yield a chunk, so a check
   between chunks would never run);
 - the first bytes of the body and of the current line are kept, bounded, as evidence for
-  the transcript.
+  the transcript;
+- at `[DONE]` the rest of the body (its end-of-body marker) is read before the SDK closes
+  the response, so the connection goes back to the pool and the next turn reuses it: the
+  SDK's own stream stops reading at `[DONE]`, and a response closed unread takes its
+  connection with it. The drain is bounded (no read waits more than `DRAIN_S`) and cannot
+  fail a complete answer.
 
 `malformed(exc, guard)` turns what the SDK or a chunk's shape raised into a
 `MalformedStream` that carries the offending bytes.
@@ -20,16 +25,19 @@ wraps the response's byte iterator so that
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from openai._streaming import ServerSentEvent, SSEDecoder
 
 EVIDENCE_BYTES = 1024  # at most this much of a bad body goes into the transcript
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+DRAIN_S = 0.1  # how long the end of a body may take to arrive after [DONE]
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
@@ -94,6 +102,7 @@ class StreamGuard:
         self.head = bytearray()  # the body's first bytes
         self._line = 0  # length of the line being received
         self._line_head = bytearray()
+        self.response: Any = None  # the HTTP response being read, set by the client
 
     def decoder(self) -> GuardedDecoder:
         return GuardedDecoder(self)
@@ -113,6 +122,29 @@ class StreamGuard:
             if time.monotonic() - self.started > self.limit_s:
                 raise StreamTooLong
             yield chunk
+
+    def drain(self, chunks: Iterator[bytes]) -> None:
+        """Read what is left of the body after [DONE] (normally just its end), within the
+        guard's limits, no read waiting longer than `DRAIN_S`; whatever goes wrong, the
+        answer stands. Where a read cannot be bounded so, nothing is read (the connection
+        then closes with the response, as the SDK would have it)."""
+        stream: Any = (getattr(self.response, "extensions", None) or {}).get("network_stream")
+        read = getattr(stream, "read", None)
+        if read is None:
+            return
+
+        def bounded(max_bytes: int, timeout: float | None = None) -> Any:
+            return read(max_bytes, DRAIN_S)
+
+        stream.read = bounded
+        try:
+            for _ in self.watch(chunks):
+                pass
+        except Exception:  # noqa: S110 - the answer is complete; only the connection is lost
+            pass
+        finally:
+            with contextlib.suppress(AttributeError):
+                del stream.read
 
     def _measure(self, chunk: bytes) -> None:
         start = 0
@@ -144,7 +176,10 @@ class GuardedDecoder:
         self.guard = guard
 
     def iter_bytes(self, iterator: Iterator[bytes]) -> Iterator[ServerSentEvent]:
-        return SSEDecoder().iter_bytes(self.guard.watch(iterator))
+        for event in SSEDecoder().iter_bytes(self.guard.watch(iterator)):
+            if event.data.startswith("[DONE]"):
+                self.guard.drain(iterator)
+            yield event
 
     def aiter_bytes(self, iterator: AsyncIterator[bytes]) -> AsyncIterator[ServerSentEvent]:
         raise NotImplementedError("the model client is synchronous")
@@ -178,6 +213,7 @@ def _around(doc: str, position: int) -> str:
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "DRAIN_S",
     "EVIDENCE_BYTES",
     "ChunkShapeError",
     "GuardedDecoder",

@@ -1,0 +1,67 @@
+"""One connection for a whole run: the client reads each answer's end-of-body after
+`[DONE]`, so the next turn reuses the connection, and a server that never ends its body
+after `[DONE]` costs at most the drain's bound, not the answer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from code_runner.agents.model.client import OpenAIChatClient
+from code_runner.agents.model.stream_guard import DRAIN_S
+from code_runner.agents.model.transcript import Transcript
+from code_runner.config import OpenAIBackend
+from code_runner.testing.chat_completions import ChatCompletions, Turn
+from code_runner.testing.scripted_server import Raw, ScriptedServer
+
+pytestmark = pytest.mark.integration
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+STALL_S = 1.0
+ANSWER = (
+    b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"ok"}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer(ChatCompletions()) as scripted:
+        yield scripted
+
+
+def _client(server: ScriptedServer, tmp_path: Path) -> OpenAIChatClient:
+    settings = OpenAIBackend(base_url=server.base_url, model="scripted-model", retries=0)
+    return OpenAIChatClient(settings, api_key="test", transcript=Transcript(tmp_path / "t.jsonl"))
+
+
+def test_every_turn_of_a_run_reuses_one_connection(server: ScriptedServer, tmp_path: Path) -> None:
+    turns = 12
+    server.add(*[Turn(content=f"answer {n}") for n in range(turns)])
+    client = _client(server, tmp_path)
+    for n in range(turns):
+        turn = client.complete(MESSAGES, [], deadline=None, tag={"round": 1, "turn": n})
+        assert turn.content == f"answer {n}"
+    assert len(server.stream_requests()) == turns
+    assert server.connections == 1
+
+
+def test_a_body_left_open_after_done_costs_the_drain_bound_not_the_answer(
+    server: ScriptedServer, tmp_path: Path
+) -> None:
+    # the whole answer, [DONE] included, then the body stays open for STALL_S
+    server.add(Raw([ANSWER, b": late\n\n"], delay_s=STALL_S), Turn(content="next"))
+    client = _client(server, tmp_path)
+    started = time.monotonic()
+    turn = client.complete(MESSAGES, [], deadline=None, tag={"round": 1, "turn": 1})
+    waited = time.monotonic() - started
+    assert turn.content == "ok" and turn.finish_reason == "stop"
+    assert waited < 2 * STALL_S - 0.3, f"the drain waited for the server ({waited:.2f} s)"
+    assert waited < STALL_S + DRAIN_S + 0.5
+    nxt = client.complete(MESSAGES, [], deadline=None, tag={"round": 1, "turn": 2})
+    assert nxt.content == "next"
+    assert server.connections == 2  # the hung-up connection was not reused
