@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 import code_runner.cli.render as render
+from code_runner.cli.plan_export_cmd import export_command
 from code_runner.errors import PreflightError, UsageError
 from code_runner.plans import (
     BaseTree,
@@ -21,7 +22,6 @@ from code_runner.plans import (
 from code_runner.plans.commands import show_argv
 from code_runner.plans.report import plan_status
 from code_runner.plans.store import PlanStore
-from code_runner.repo import git
 
 allow_cmd_option = click.option(
     "--allow-cmd",
@@ -250,46 +250,4 @@ def list_command(as_json: bool) -> int:
     return 0
 
 
-@plan_group.command("export")
-@click.argument("plan")
-@click.option("--branch", required=True, help="The branch to create or move in the source.")
-@click.option("--through", default=None, help="Export up to this item (default: all done).")
-@click.option("--json", "as_json", is_flag=True, help="Print what was exported as JSON.")
-def export_command(plan: str, branch: str, through: str | None, as_json: bool) -> int:
-    """Make BRANCH in the source point at the plan's commits (compare-and-swap; HEAD, the
-    index and the work tree are untouched). A branch holding other commits is refused."""
-    from code_runner.plans.runner_repo import runner_repo
-
-    with _open_store() as store:
-        assert isinstance(store, PlanStore)
-        plan_id = _find_plan(store, plan)
-        row = store.plan(plan_id)
-        ledger = store.ledger(plan_id)
-        if through is not None:
-            items = [r for r in ledger if int(r["item"][1:]) <= int(through.lstrip("Pp") or 0)]
-        else:
-            items = ledger
-        if not items:
-            raise UsageError(f"plan {plan_id} has no commits to export yet.", fix="run it first.")
-        last = items[-1]
-        source = git.open_source(Path(row["source_dir"]))
-        old = runner_repo(plan_id).export_branch(
-            source,
-            branch=branch,
-            sha=last["sha"],
-            ref=last["ref"],
-            owned={r["sha"] for r in ledger},
-            base=row["base"],
-        )
-    done = {
-        "plan_id": plan_id,
-        "branch": branch,
-        "commit": last["sha"],
-        "old": old,
-        "items": [r["item"] for r in items],
-    }
-    if as_json:
-        render.print_json(done)
-    else:
-        click.echo(f"branch {branch} -> {last['sha'][:12]} ({', '.join(done['items'])})")
-    return 0
+plan_group.add_command(export_command)
