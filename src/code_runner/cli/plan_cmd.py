@@ -161,6 +161,19 @@ _EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
     show_default=True,
     help="Seconds each item may run.",
 )
+@click.option(
+    "--budget",
+    type=click.FloatRange(1, 30 * 86400),
+    default=None,
+    help="Seconds the whole plan may run, from its first item (kept across runs); when it"
+    " runs out the item is stopped and the plan needs you.",
+)
+@click.option(
+    "--tmux/--no-tmux",
+    default=None,
+    help="Run an agent CLI backend in a tmux pane per item (`code-runner attach` the item's"
+    " record dir). Default: the backend's tmux= setting.",
+)
 @allow_cmd_option
 @click.option(
     "--output-dir",
@@ -176,6 +189,8 @@ def run_command(
     backend: str,
     max_rounds: int,
     item_timeout: float,
+    budget: float | None,
+    tmux: bool | None,
     allow_cmd: tuple[str, ...],
     output_dir: Path | None,
     as_json: bool,
@@ -192,9 +207,13 @@ def run_command(
         item_timeout_s=item_timeout,
         base_dir=plan_file.resolve().parent,
         output_dir=output_dir.resolve() if output_dir else None,
+        budget_s=budget,
+        tmux=tmux,
     )
 
     def progress(kind: str, data: dict[str, Any]) -> None:
+        if tmux and kind == "item_running":
+            click.echo(f"watch it live: code-runner attach {data['record']}", err=True)
         if not as_json and kind in ("item_running", "item_settled"):
             words = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, ""))
             click.echo(f"{kind.replace('_', ' ')}: {words}", err=True)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from code_runner import agents, dirs, files
+from code_runner.agents.cli_agents.agent import supervise_in_tmux
 from code_runner.errors import CodeRunnerError, RecordError, UsageError
 from code_runner.plans.checks import validate_file
 from code_runner.plans.commands import Approvals, show_argv
@@ -41,7 +43,7 @@ from code_runner.plans.runner_repo import (
     ensure_runner_repo,
     item_identity,
 )
-from code_runner.plans.states import AttemptState, PlanStatus, RunEnd
+from code_runner.plans.states import AttemptState, FirstReason, PlanStatus, RunEnd
 from code_runner.plans.store import PlanStore
 from code_runner.proc import kill_run_processes
 from code_runner.record import RecordPaths, RunRecord
@@ -52,6 +54,8 @@ from code_runner.sandbox import decide
 from code_runner.sandbox.cgroups import remove_leftovers
 
 RUN_ID_FILE = "run_id"
+NO_BUDGET_S = 1e9  # no --budget: the plan's clock never runs out
+MIN_ITEM_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class RunSettings:
     item_timeout_s: float
     base_dir: Path  # relative backend arguments (a script file) are read from here
     output_dir: Path | None
+    budget_s: float | None = None  # the whole plan's wall clock, from its first admission
+    tmux: bool | None = None  # an agent CLI in a tmux pane (None: the backend's own setting)
 
 
 def load_plan(plan_file: Path, source: Path, base: str, approvals: Approvals) -> tuple[Plan, str]:
@@ -90,6 +96,10 @@ def run_plan(
 ) -> dict[str, Any]:
     plan, base_sha = load_plan(plan_file, source_dir, base, approvals)
     source = git.open_source(source_dir)
+    if settings.tmux:  # refused before anything is created when the backend is no CLI
+        first = settings.backend.replace("{item}", plan.items[0].id)
+        agent = agents.make_agent(first, base_dir=settings.base_dir, source_dir=source.work_tree)
+        supervise_in_tmux(agent, enabled=True)
     plan_id = default_plan_id(plan_file.stem, plan.content_sha256())
     with plan_lock(plan_id), PlanStore.open() as store:
         assert isinstance(store, PlanStore)
@@ -181,17 +191,22 @@ class PlanRun:
             self.plan_id,
             item_id,
             expected_state_version=row["state_version"],
-            budget_s=1e9,
+            budget_s=self.settings.budget_s or NO_BUDGET_S,
             record_dir=str(where),
         )
         run_id = f"{self.plan_id[:40]}-{item_id}-{number}-{secrets.token_hex(3)}"
         where.mkdir(parents=True, exist_ok=True)
         files.atomic_write_text(where / RUN_ID_FILE, run_id + "\n")
         self.emit("item_admitted", item=item_id, attempt=attempt["id"], parent=attempt["parent"])
+        timeout_s, clipped = item_timeout(
+            self.settings.item_timeout_s, self.store.plan(self.plan_id)
+        )
         try:
-            outcome = self._attempt(runner, plan, item_id, attempt, where, run_id)
+            outcome = self._attempt(runner, plan, item_id, attempt, where, run_id, timeout_s)
         except CodeRunnerError as exc:
             outcome = Outcome(end=RunEnd.CAPTURE_FAILURE, diagnostic=exc.render())
+        if clipped and outcome.end is RunEnd.TIMEOUT:  # the plan's budget ended it
+            self.store.record_first_reason(attempt["id"], FirstReason.TIME_LIMIT)
         if outcome.diagnostic.startswith("violation:"):
             self.store.record_finding(attempt["id"], "violation", outcome.diagnostic)
         settled = self.store.settle(attempt["id"], outcome)
@@ -214,6 +229,7 @@ class PlanRun:
         attempt: Any,
         where: Path,
         run_id: str,
+        timeout_s: float,
     ) -> Outcome:
         item = plan.item(item_id)
         settings = self.settings
@@ -224,21 +240,24 @@ class PlanRun:
             output_dir=where,
             backend=settings.backend,
             max_rounds=settings.max_rounds,
-            timeout_s=settings.item_timeout_s,
+            timeout_s=timeout_s,
         ).model_copy(update={"base": attempt["parent"]})
         source = runner.clone_source
+        agent = agents.make_agent(
+            spec.backend, base_dir=settings.base_dir, source_dir=self.source.work_tree
+        )
+        if settings.tmux is not None:
+            agent = supervise_in_tmux(agent, enabled=settings.tmux)
         pre = Preflight(
             spec=spec,
             source=source,
             base=attempt["parent"],
-            agent=agents.make_agent(
-                spec.backend, base_dir=settings.base_dir, source_dir=self.source.work_tree
-            ),
+            agent=agent,
             sandbox=decide(spec.sandbox, limits=spec.limits),
         )
         before = snapshot.take(self.source)
         self.store.mark_running(attempt["id"])
-        self.emit("item_running", item=item_id, run_id=run_id)
+        self.emit("item_running", item=item_id, run_id=run_id, record=str(where))
         result = run_task(pre, run_id=run_id, item_mode=True, allowlist=every_path())
         after = snapshot.take(self.source)
         changed = snapshot.differences(before, after)
@@ -281,6 +300,18 @@ class PlanRun:
             protected=judged.protected,
             stop_reason=result.reason.value,
         )
+
+
+def item_timeout(item_timeout_s: float, plan_row: Any) -> tuple[float, bool]:
+    """The item's timeout: its own, or what is left of the plan's budget when that is less
+    (then True: a timeout of this item is the plan's time limit)."""
+    deadline = plan_row["budget_deadline"]
+    if deadline is None:
+        return item_timeout_s, False
+    left = deadline - time.time()
+    if left >= item_timeout_s:
+        return item_timeout_s, False
+    return max(left, MIN_ITEM_TIMEOUT_S), True
 
 
 def _run_id(record: str | None) -> str | None:
