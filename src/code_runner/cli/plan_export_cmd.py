@@ -4,12 +4,11 @@ the source through the apply transaction; each export recorded in the plan store
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 import code_runner.cli.render as render
-from code_runner.apply import GitIdentity
 from code_runner.errors import UsageError
 from code_runner.plans.database import StoreBase
 from code_runner.plans.export import (
@@ -26,6 +25,9 @@ from code_runner.plans.report import record_dir
 from code_runner.plans.runner_repo import RunnerRepo, runner_repo
 from code_runner.plans.store import PlanStore
 from code_runner.repo import git
+
+if TYPE_CHECKING:
+    from code_runner.apply import GitIdentity
 
 
 def _find_plan(store: StoreBase, plan: str) -> str:
@@ -91,6 +93,8 @@ def export_command(
     first failure, which is rolled back. Exit 0 when exported, 1 when an apply failed, 2 when
     refused."""
     kind = _form(branch, patches, apply, commit)
+    from code_runner.apply.commit import GitIdentity
+
     identity = GitIdentity.parse(author) if author else None
     with PlanStore.open() as store:
         plan_id = _find_plan(store, plan)
