@@ -60,6 +60,7 @@ class ApplyRequest:
     rollback: bool = True
     run_hooks: bool = False
     author: GitIdentity | None = None
+    message: str | None = None  # the whole commit message (a plan item's); else built here
     unchanged_since: snapshot.SourceSnapshot | None = None  # the run's first snapshot
     sandbox: DodSandbox = dataclasses.field(default_factory=DodSandbox)  # the DoD's walls
 

@@ -218,7 +218,7 @@ class Transaction:
         req, plan = self.req, self.plan
         assert plan.identity is not None
         source = req.source
-        message = commit_message(req.title, req.task_id, req.run_id)
+        message = req.message or commit_message(req.title, req.task_id, req.run_id)
         self.journal.move_to(Phase.COMMITTING)
         with tempfile.TemporaryDirectory(prefix="code-runner-commit-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index"), **plan.identity.env()}

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 import code_runner.cli.render as render
+from code_runner.cli.plan_export_cmd import export_command
 from code_runner.errors import PreflightError, UsageError
 from code_runner.plans import (
     BaseTree,
@@ -21,7 +22,6 @@ from code_runner.plans import (
 from code_runner.plans.commands import show_argv
 from code_runner.plans.report import plan_status
 from code_runner.plans.store import PlanStore
-from code_runner.repo import git
 
 allow_cmd_option = click.option(
     "--allow-cmd",
@@ -161,6 +161,19 @@ _EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
     show_default=True,
     help="Seconds each item may run.",
 )
+@click.option(
+    "--budget",
+    type=click.FloatRange(1, 30 * 86400),
+    default=None,
+    help="Seconds the whole plan may run, from its first item (kept across runs); when it"
+    " runs out the item is stopped and the plan needs you.",
+)
+@click.option(
+    "--tmux/--no-tmux",
+    default=None,
+    help="Run an agent CLI backend in a tmux pane per item (`code-runner attach` the item's"
+    " record dir). Default: the backend's tmux= setting.",
+)
 @allow_cmd_option
 @click.option(
     "--output-dir",
@@ -176,6 +189,8 @@ def run_command(
     backend: str,
     max_rounds: int,
     item_timeout: float,
+    budget: float | None,
+    tmux: bool | None,
     allow_cmd: tuple[str, ...],
     output_dir: Path | None,
     as_json: bool,
@@ -192,9 +207,13 @@ def run_command(
         item_timeout_s=item_timeout,
         base_dir=plan_file.resolve().parent,
         output_dir=output_dir.resolve() if output_dir else None,
+        budget_s=budget,
+        tmux=tmux,
     )
 
     def progress(kind: str, data: dict[str, Any]) -> None:
+        if tmux and kind == "item_running":
+            click.echo(f"watch it live: code-runner attach {data['record']}", err=True)
         if not as_json and kind in ("item_running", "item_settled"):
             words = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, ""))
             click.echo(f"{kind.replace('_', ' ')}: {words}", err=True)
@@ -262,49 +281,7 @@ def list_command(as_json: bool) -> int:
     return 0
 
 
-@plan_group.command("export")
-@click.argument("plan")
-@click.option("--branch", required=True, help="The branch to create or move in the source.")
-@click.option("--through", default=None, help="Export up to this item (default: all done).")
-@click.option("--json", "as_json", is_flag=True, help="Print what was exported as JSON.")
-def export_command(plan: str, branch: str, through: str | None, as_json: bool) -> int:
-    """Make BRANCH in the source point at the plan's commits (compare-and-swap; HEAD, the
-    index and the work tree are untouched). A branch holding other commits is refused."""
-    from code_runner.plans.runner_repo import runner_repo
-
-    with _open_store() as store:
-        assert isinstance(store, PlanStore)
-        plan_id = _find_plan(store, plan)
-        row = store.plan(plan_id)
-        ledger = store.ledger(plan_id)
-        if through is not None:
-            items = [r for r in ledger if int(r["item"][1:]) <= int(through.lstrip("Pp") or 0)]
-        else:
-            items = ledger
-        if not items:
-            raise UsageError(f"plan {plan_id} has no commits to export yet.", fix="run it first.")
-        last = items[-1]
-        source = git.open_source(Path(row["source_dir"]))
-        old = runner_repo(plan_id).export_branch(
-            source,
-            branch=branch,
-            sha=last["sha"],
-            ref=last["ref"],
-            owned={r["sha"] for r in ledger},
-            base=row["base"],
-        )
-    done = {
-        "plan_id": plan_id,
-        "branch": branch,
-        "commit": last["sha"],
-        "old": old,
-        "items": [r["item"] for r in items],
-    }
-    if as_json:
-        render.print_json(done)
-    else:
-        click.echo(f"branch {branch} -> {last['sha'][:12]} ({', '.join(done['items'])})")
-    return 0
+plan_group.add_command(export_command)
 
 
 def _register_gates() -> None:

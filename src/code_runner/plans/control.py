@@ -123,6 +123,7 @@ def resume(
             item_timeout_s=options.get("item_timeout_s") or saved.get("item_timeout_s", 1800.0),
             base_dir=Path(saved.get("base_dir") or row["source_dir"]),
             output_dir=Path(saved["output_dir"]) if saved.get("output_dir") else None,
+            tmux=saved.get("tmux"),  # the plan's budget is kept in the store
         )
         source = git.open_source(Path(row["source_dir"]))
         out = record_dir(plan_id, row["settings"])

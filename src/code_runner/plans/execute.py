@@ -13,12 +13,14 @@ import json
 import os
 import secrets
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from code_runner import agents, files
+from code_runner.agents.cli_agents.agent import supervise_in_tmux
 from code_runner.errors import CodeRunnerError, Interrupted, UsageError
 from code_runner.plans.checks import validate_file
 from code_runner.plans.commands import Approvals, show_argv
@@ -62,6 +64,10 @@ def crash_point(item: str, step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+NO_BUDGET_S = 1e9  # no --budget: the plan's clock never runs out
+MIN_ITEM_TIMEOUT_S = 1.0
+
+
 @dataclass(frozen=True)
 class RunSettings:
     backend: str
@@ -69,6 +75,8 @@ class RunSettings:
     item_timeout_s: float
     base_dir: Path  # relative backend arguments (a script file) are read from here
     output_dir: Path | None
+    budget_s: float | None = None  # the whole plan's wall clock, from its first admission
+    tmux: bool | None = None  # an agent CLI in a tmux pane (None: the backend's own setting)
 
     def to_dict(self, approvals: Approvals) -> dict[str, Any]:
         """What `plan resume` reuses: the run options and the approvals given at import."""
@@ -78,6 +86,7 @@ class RunSettings:
             "max_rounds": self.max_rounds,
             "item_timeout_s": self.item_timeout_s,
             "base_dir": str(self.base_dir),
+            "tmux": self.tmux,
             "approved": [list(entry) for entry in approvals.entries],
         }
 
@@ -109,6 +118,10 @@ def run_plan(
 ) -> dict[str, Any]:
     plan, base_sha = load_plan(plan_file, source_dir, base, approvals)
     source = git.open_source(source_dir)
+    if settings.tmux:  # refused before anything is created when the backend is no CLI
+        first = settings.backend.replace("{item}", plan.items[0].id)
+        agent = agents.make_agent(first, base_dir=settings.base_dir, source_dir=source.work_tree)
+        supervise_in_tmux(agent, enabled=True)
     plan_id = default_plan_id(plan_file.stem, plan.content_sha256())
     with plan_lock(plan_id), PlanStore.open() as store:
         assert isinstance(store, PlanStore)
@@ -202,7 +215,7 @@ class PlanRun:
             self.plan_id,
             item_id,
             expected_state_version=row["state_version"],
-            budget_s=1e9,
+            budget_s=self.settings.budget_s or NO_BUDGET_S,
             record_dir=str(where),
         )
         run_id = f"{self.plan_id[:40]}-{item_id}-{number}-{secrets.token_hex(3)}"
@@ -210,13 +223,18 @@ class PlanRun:
         files.atomic_write_text(where / RUN_ID_FILE, run_id + "\n")
         self.emit("item_admitted", item=item_id, attempt=attempt["id"], parent=attempt["parent"])
         crash_point(item_id, "admitted")
+        timeout_s, clipped = item_timeout(
+            self.settings.item_timeout_s, self.store.plan(self.plan_id)
+        )
         try:
-            outcome = self._attempt(runner, plan, item_id, attempt, where, run_id)
+            outcome = self._attempt(runner, plan, item_id, attempt, where, run_id, timeout_s)
         except Interrupted as exc:
             self.store.record_first_reason(attempt["id"], FirstReason.SHUTDOWN)
             outcome = Outcome(end=RunEnd.FAILED, diagnostic=exc.render())
         except CodeRunnerError as exc:
             outcome = Outcome(end=RunEnd.CAPTURE_FAILURE, diagnostic=exc.render())
+        if clipped and outcome.end is RunEnd.TIMEOUT:  # the plan's budget ended it
+            self.store.record_first_reason(attempt["id"], FirstReason.TIME_LIMIT)
         if outcome.diagnostic.startswith("violation:"):
             self.store.record_finding(attempt["id"], "violation", outcome.diagnostic)
         self.settling = True
@@ -243,6 +261,7 @@ class PlanRun:
         attempt: Any,
         where: Path,
         run_id: str,
+        timeout_s: float,
     ) -> Outcome:
         item = plan.item(item_id)
         settings = self.settings
@@ -253,21 +272,24 @@ class PlanRun:
             output_dir=where,
             backend=settings.backend,
             max_rounds=settings.max_rounds,
-            timeout_s=settings.item_timeout_s,
+            timeout_s=timeout_s,
         ).model_copy(update={"base": attempt["parent"]})
         source = runner.clone_source
+        agent = agents.make_agent(
+            spec.backend, base_dir=settings.base_dir, source_dir=self.source.work_tree
+        )
+        if settings.tmux is not None:
+            agent = supervise_in_tmux(agent, enabled=settings.tmux)
         pre = Preflight(
             spec=spec,
             source=source,
             base=attempt["parent"],
-            agent=agents.make_agent(
-                spec.backend, base_dir=settings.base_dir, source_dir=self.source.work_tree
-            ),
+            agent=agent,
             sandbox=decide(spec.sandbox, limits=spec.limits),
         )
         before = snapshot.take(self.source)
         self.store.mark_running(attempt["id"])
-        self.emit("item_running", item=item_id, run_id=run_id)
+        self.emit("item_running", item=item_id, run_id=run_id, record=str(where))
         result = run_task(pre, run_id=run_id, item_mode=True, allowlist=every_path())
         if result.reason in (Reason.INTERRUPTED, Reason.STOPPED):
             self.store.record_first_reason(attempt["id"], FirstReason.SHUTDOWN)
@@ -314,6 +336,18 @@ class PlanRun:
             protected=judged.protected,
             stop_reason=result.reason.value,
         )
+
+
+def item_timeout(item_timeout_s: float, plan_row: Any) -> tuple[float, bool]:
+    """The item's timeout: its own, or what is left of the plan's budget when that is less
+    (then True: a timeout of this item is the plan's time limit)."""
+    deadline = plan_row["budget_deadline"]
+    if deadline is None:
+        return item_timeout_s, False
+    left = deadline - time.time()
+    if left >= item_timeout_s:
+        return item_timeout_s, False
+    return max(left, MIN_ITEM_TIMEOUT_S), True
 
 
 def status_json(status: dict[str, Any]) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,12 +59,13 @@ def item_argvs(item: Item) -> list[list[str]]:
     return out
 
 
-def dod_command(argvs: Sequence[Sequence[str]]) -> str:
-    """The item's commands in order, every word quoted: nothing is expanded or redirected,
-    and the first one that fails ends the DoD."""
-    if not argvs:
-        return "true"
-    return " && ".join(" ".join(shlex.quote(word) for word in argv) for argv in argvs)
+NO_COMMAND = ("true",)  # an item without `cmd` checks: its DoD is a program that succeeds
+
+
+def dod_argv(argvs: Sequence[Sequence[str]]) -> list[list[str]]:
+    """The item's DoD: its approved commands in order, run without a shell (verify's argv
+    form), the first one that fails ending it."""
+    return [list(argv) for argv in argvs] or [list(NO_COMMAND)]
 
 
 def declared(item: Item) -> set[str]:
@@ -108,7 +108,7 @@ def item_spec(
             "output_dir": str(output_dir),
             "allowlist": allow,
             "definition_of_done": {
-                "command": dod_command(argvs),
+                "argv": dod_argv(argvs),
                 "assertion": "exit_code == 0",
                 "timeout_s": min(timeout_s, 3600.0),
             },

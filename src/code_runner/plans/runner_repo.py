@@ -4,18 +4,21 @@ Its objects are fetched (copied) from the source, never borrowed through alterna
 user's `git gc --prune=now` cannot break a plan. Item workspaces are cloned from it; the
 runner builds each item's commit in it from the verified patch in a private index; and an
 export fetches from it into the source and moves one branch by compare-and-swap. The
-source is only read, except by an export, which writes objects and that one ref.
+source is only read, except by an export, which writes objects (a pack made here and
+indexed there: no fetch, so no transport the source's config could redirect) and that one
+ref.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from code_runner.apply.commit import GitIdentity, commit_identity
-from code_runner.errors import UsageError
+from code_runner.errors import GitError, UsageError
 from code_runner.plans.lock import plans_dir
 from code_runner.plans.outcome import Commit
 from code_runner.repo import git
@@ -100,9 +103,31 @@ class RunnerRepo:
         old = found.stdout.decode().strip() if found.ok else None
         if old is not None:
             self._check_owned(source, old, owned, base, branch)
-        source.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(self.git_dir), ref)
+        self.copy_objects(source, sha, base)
         source.run("update-ref", full, sha, old or ZERO)
+        if source.out("rev-parse", "--verify", full) != sha:  # read back
+            raise GitError(
+                ["update-ref", full], 1, f"{full} does not point at {sha} after the update"
+            )
         return old
+
+    def copy_objects(self, source: git.Repo, sha: str, base: str) -> None:
+        """The objects of `sha` the source lacks, as one pack, through plumbing only.
+
+        Not `git fetch`: a fetch reads the source's own config, whose `url.*.insteadOf`
+        and `protocol.*.allow` can turn the runner repo's path into a command it runs.
+        `pack-objects` here and `index-pack` there run no transport, hook or helper.
+        """
+        revs = f"{sha}\n" + (f"^{base}\n" if _has_commit(source, base) else "")
+        with tempfile.TemporaryFile() as pack:
+            self.repo.run(
+                "pack-objects", "--revs", "--stdout", "--quiet",
+                input_bytes=revs.encode(), stdout_file=pack,
+            )  # fmt: skip
+            pack.seek(0)
+            source.run("index-pack", "--stdin", stdin_file=pack)
+        if not _has_commit(source, sha):
+            raise GitError(["index-pack"], 1, f"the source lacks {sha} after the copy")
 
     def _check_owned(
         self, source: git.Repo, old: str, owned: set[str], base: str, branch: str
@@ -116,6 +141,10 @@ class RunnerRepo:
                 f" make (e.g. {(foreign or [old])[0][:12]}).",
                 fix="export to a new branch name, or delete that branch yourself first.",
             )
+
+
+def _has_commit(repo: git.Repo, sha: str) -> bool:
+    return repo.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
 
 
 def runner_repo(plan_id: str) -> RunnerRepo:

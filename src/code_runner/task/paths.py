@@ -37,12 +37,14 @@ def _is_control(ch: str) -> bool:
 def is_dot_git(segment: str) -> bool:
     """True when a path segment means `.git` to some file system git supports."""
     if segment.isascii():  # fast path: the audit asks this of every name in the tree
-        lower = segment.lower()
-        return lower.rstrip(" .") == ".git" or lower.startswith(".git:") or lower == "git~1"
+        return _DOT_GIT.match(segment.lower()) is not None
     name = "".join(ch for ch in segment if ch not in _INVISIBLE).casefold()
-    if name.rstrip(" .") == ".git":
-        return True
-    return bool(name.startswith(".git:") or name == "git~1")
+    return _DOT_GIT.match(name) is not None
+
+
+# `.git` or its NTFS short name, then any dots and spaces (which NTFS drops), then the end or
+# an NTFS stream (`:...`): git's own `is_ntfs_dotgit`.
+_DOT_GIT = re.compile(r"(?:\.git|git~1)[ .]*(?::.*)?\Z", re.DOTALL)
 
 
 def path_problem(path: str) -> str | None:  # noqa: C901 - one rule per way a path is unsafe

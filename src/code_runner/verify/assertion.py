@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from code_runner.problems import clip, encodable
 
@@ -176,6 +177,29 @@ def _assertion(value: str) -> str:
 
 Text = Annotated[str, Field(strict=True), AfterValidator(encodable)]
 
+MAX_ARGVS = 50
+
+
+def show_argvs(argvs: tuple[tuple[str, ...], ...]) -> str:
+    """The readable form of an argv list: each word quoted, `&&` between commands. Only for
+    people and records; it is never given to a shell."""
+    return " && ".join(" ".join(shlex.quote(word) for word in argv) for argv in argvs)
+
+
+def _argvs(value: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    if not value:
+        raise ValueError("is empty; give at least one command as a list of words")
+    if len(value) > MAX_ARGVS:
+        raise ValueError(f"has {len(value)} commands; at most {MAX_ARGVS}")
+    for number, argv in enumerate(value, 1):
+        if not argv or argv[0] == "":
+            raise ValueError(f"command {number} names no program; start it with the program")
+        for word in argv:
+            encodable(word)
+            if "\0" in word:
+                raise ValueError(f"command {number} has a NUL byte in {clip(word, 40)!r}")
+    return value
+
 
 class DefinitionOfDone(BaseModel):
     """A deterministic command and an assertion about its result."""
@@ -184,7 +208,21 @@ class DefinitionOfDone(BaseModel):
 
     command: Annotated[Text, AfterValidator(_command)] = Field(
         description="Shell command (run with bash) that proves the task is done, "
-        "e.g. 'python -m pytest tests/test_auth.py -q'.",
+        "e.g. 'python -m pytest tests/test_auth.py -q'. With `argv`, leave it out: it is "
+        "then only the readable form of the argv list.",
+    )
+    argv: (
+        Annotated[
+            tuple[Annotated[tuple[Annotated[str, Field(strict=True)], ...], Field()], ...],
+            AfterValidator(_argvs),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Instead of a shell command: programs with their literal arguments, "
+        "run in order WITHOUT a shell (nothing is expanded, quoted or redirected); the "
+        "first that fails ends the DoD, and the assertion judges the last one run with the "
+        "output of all, e.g. [['python', '-m', 'pytest', '-q']].",
     )
     assertion: Annotated[Text, AfterValidator(_assertion)] = Field(
         description="What must be true of the command's result: 'exit_code == N', "
@@ -198,6 +236,24 @@ class DefinitionOfDone(BaseModel):
         le=MAX_DOD_TIMEOUT_S,
         description="Seconds the command may run before it is killed (counts as a failure).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _readable_command(cls, data: object) -> object:
+        """With `argv`, `command` is its readable form (given or not, it must say the same)."""
+        if not isinstance(data, dict) or data.get("argv") is None:
+            return data
+        try:
+            shown = show_argvs(tuple(tuple(argv) for argv in data["argv"]))
+        except (TypeError, ValueError):
+            return data  # the field's own validation says what is wrong
+        given = data.get("command")
+        if given is not None and given != shown:
+            raise ValueError(
+                "give either `command` (a shell command) or `argv` (commands without a "
+                "shell), not both"
+            )
+        return {**data, "command": shown}
 
     @property
     def parsed_assertion(self) -> Assertion:

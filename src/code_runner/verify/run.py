@@ -1,9 +1,16 @@
 """Running a DoD: the command under the caller's wrapper (the OS sandbox), its output read
-back bounded, judged, and appended to the verifier log."""
+back bounded, judged, and appended to the verifier log.
+
+A DoD is a shell command (`command`, run by bash) or an argv list (`argv`): programs with
+literal arguments, run in order with no shell anywhere, the first failure ending it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,22 +55,82 @@ def run_dod(
         out_path = Path(scratch) / "stdout"
         err_path = Path(scratch) / "stderr"
         started_at = datetime.now(UTC)
-        argv = proc.shell_argv(dod.command)
-        result = proc.run(
-            wrap_argv(argv) if wrap_argv is not None else argv,
-            cwd=cwd,
-            env=env,
-            timeout_s=dod.timeout_s,
-            stdout_path=out_path,
-            stderr_path=err_path,
-            stop_when=stop_when,
-        )
+        wrap = wrap_argv if wrap_argv is not None else list
+        if dod.argv is not None:
+            result = _run_in_order(
+                dod.argv, dod.timeout_s, cwd, env, wrap, out_path, err_path, stop_when
+            )
+        else:
+            result = proc.run(
+                wrap(proc.shell_argv(dod.command)),
+                cwd=cwd,
+                env=env,
+                timeout_s=dod.timeout_s,
+                stdout_path=out_path,
+                stderr_path=err_path,
+                stop_when=stop_when,
+            )
         full_out, _ = proc.read_head_tail(out_path, MATCH_HEAD_BYTES, MATCH_TAIL_BYTES)
         full_err, _ = proc.read_head_tail(err_path, MATCH_HEAD_BYTES, MATCH_TAIL_BYTES)
     verdict = judge(assertion, result, stdout=full_out, stderr=full_err)
     if log_path is not None:
         _append_log(log_path, label, dod.command, cwd, started_at, assertion, result, verdict)
     return verdict
+
+
+def _run_in_order(
+    argvs: Sequence[Sequence[str]],
+    timeout_s: float,
+    cwd: Path,
+    env: Mapping[str, str],
+    wrap: Callable[[Sequence[str]], list[str]],
+    out_path: Path,
+    err_path: Path,
+    stop_when: proc.StopCheck | None = None,
+) -> proc.ProcResult:
+    """Each argv in turn (no shell), sharing one deadline, until one fails. The result is the
+    last one run, with the duration and output of all of them."""
+    deadline = time.monotonic() + timeout_s
+    out_path.touch()
+    err_path.touch()
+    last: proc.ProcResult | None = None
+    total_s = 0.0
+    for number, argv in enumerate(argvs):
+        part_out, part_err = (
+            out_path.with_name(f"out.{number}"),
+            err_path.with_name(f"err.{number}"),
+        )
+        last = proc.run(
+            wrap(list(argv)),
+            cwd=cwd,
+            env=env,
+            timeout_s=max(deadline - time.monotonic(), 0.01),
+            stop_when=stop_when,
+            stdout_path=part_out,
+            stderr_path=part_err,
+        )
+        total_s += last.duration_s
+        for part, whole in ((part_out, out_path), (part_err, err_path)):
+            with part.open("rb") as src, whole.open("ab") as dst:
+                shutil.copyfileobj(src, dst)
+            part.unlink()
+        if not last.ok:
+            break
+    assert last is not None  # the model refuses an empty argv list
+    out_text, out_size = proc.read_head_tail(
+        out_path, proc.DEFAULT_HEAD_BYTES, proc.DEFAULT_TAIL_BYTES
+    )
+    err_text, err_size = proc.read_head_tail(
+        err_path, proc.DEFAULT_HEAD_BYTES, proc.DEFAULT_TAIL_BYTES
+    )
+    return dataclasses.replace(
+        last,
+        duration_s=total_s,
+        stdout=out_text,
+        stderr=err_text,
+        stdout_size=out_size,
+        stderr_size=err_size,
+    )
 
 
 def _append_log(
