@@ -211,7 +211,9 @@ def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
     """One line per run under RUNS_ROOT (default: .) and totals, for every backend.
 
     Status is the normalized one (SUCCESS, PARTIAL, BLOCKED_NEEDS_DECISION, FAILED),
-    derived from evidence; `mismatch` counts where the worker's claim disagreed.
+    derived from evidence; `mismatch` counts where the worker's claim disagreed; `skills`
+    is the skill review's recommendation (NO_SKILL_CHANGE, CANDIDATE_LEARNING,
+    REVIEW_REQUIRED) of a run that named skills.
     """
     moment = summary.parse_since(since) if since else None
     lines, skipped = summary.collect(runs_root, since=moment)
@@ -226,6 +228,7 @@ def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
         out.print(f"no runs under {runs_root}" + (f" since {since}" if since else ""))
     for line in lines:
         mismatch = f", {line.mismatches} mismatch(es)" if line.mismatches else ""
+        mismatch += f", skills {line.skill_review}" if line.skill_review else ""
         out.print(
             f"{line.started_at[:19]:19} {line.status:22} {line.backend_name:11} "
             f"{line.duration_s:8.1f} s  DoD {'pass' if line.dod_passed else 'fail'}  "
@@ -236,6 +239,7 @@ def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
         f"{totals['runs']} run(s): {counts}; DoD passed {totals['dod_passed']}; "
         f"runs with a mismatch {totals['runs_with_mismatch']}; "
         f"total {totals['duration_s']:.1f} s"
+        + "".join(f"; skills {k} {v}" for k, v in totals["skill_review"].items())
         + (f"; {skipped} other file(s) skipped" if skipped else "")
     )
     return 0

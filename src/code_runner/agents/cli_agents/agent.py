@@ -27,7 +27,8 @@ from code_runner.agents.redact import redact
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
 from code_runner.record import RecordPaths
-from code_runner.task import contract
+from code_runner.task import contract, skills
+from code_runner.task.skills import Skill
 from code_runner.tools.base import ToolRunner
 
 PROMPT_PLACEHOLDER = "<prompt: see {path}>"
@@ -45,6 +46,7 @@ class LaunchRequest:
     round_index: int
     env: Mapping[str, str]
     home: Path  # the CLI's own HOME: config dirs go under it
+    skills: tuple[Skill, ...] = ()  # named skills: the flavor installs them in its home
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Invocation:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     secret_names: tuple[str, ...] = ()  # variables whose values are secrets
+    skills_dir: Path | None = None  # where the flavor installed the named skills
 
     def shown(self, prompt: str, prompt_file: Path) -> list[str]:
         secrets = [self.env[name] for name in self.secret_names if self.env.get(name)]
@@ -173,6 +176,7 @@ class CliAgent:
             round_index=index,
             max_rounds=ctx.max_rounds,
             previous=ctx.previous_verdict,
+            skills=[(skill.name, skill.description) for skill in ctx.skills],
         )
         prompt_file = agent_dir / f"round-{index}.prompt.md"
         prompt_file.write_text(prompt, encoding="utf-8")
@@ -187,8 +191,16 @@ class CliAgent:
             round_index=index,
             env=env,
             home=home,
+            skills=ctx.skills,
         )
         invocation = self.flavor.invocation(self.settings, request)
+        if invocation.skills_dir is not None:
+            events.emit(
+                EventKind.SKILLS_INSTALLED,
+                backend=self.name,
+                skills_dir=str(invocation.skills_dir),
+                skills=[{"name": s.name, "sha256": s.sha256} for s in ctx.skills],
+            )
         shown = invocation.shown(prompt, prompt_file)
         self._last_command = shown
         _reclaim_work_tree(ctx.workspace_dir)
@@ -222,6 +234,16 @@ class CliAgent:
         events.emit(
             EventKind.CLI_FINISHED, backend=self.name, **done.to_dict(), stream=state.to_dict()
         )
+        if invocation.skills_dir is not None:
+            changed = skills.changed_files(ctx.skills, invocation.skills_dir)
+            if changed:
+                events.emit(
+                    EventKind.SKILL_CHANGED,
+                    backend=self.name,
+                    files=changed,
+                    where="installed copy",
+                    skills_dir=str(invocation.skills_dir),
+                )
         outcome = _outcome(done, translator)
         if outcome.stop is AgentStop.BLOCKED and done.blocker is not None:
             events.emit(EventKind.AGENT_BLOCKED, backend=self.name, **done.blocker.to_dict())
@@ -256,6 +278,16 @@ class CliAgent:
         )
         info = {"round": index, "backend": self.name, "command_line": shown}
         return supervisor.TmuxPlan(socket=socket, files=files, banner=banner, info=info)
+
+
+def install_skills(request: LaunchRequest, cli_home: Path) -> Path | None:
+    """The named skills, read-only in `cli_home/skills/`, freshly each round (a copy a
+    worker changed never reaches the next round); None when the task names none."""
+    if not request.skills:
+        return None
+    target = cli_home / "skills"
+    skills.materialize(request.skills, target)
+    return target
 
 
 def supervise_in_tmux(agent: Any, *, enabled: bool) -> Any:
@@ -349,6 +381,7 @@ __all__ = [
     "Invocation",
     "LaunchRequest",
     "find_program",
+    "install_skills",
     "preflight_key",
     "preflight_program",
     "supervise_in_tmux",

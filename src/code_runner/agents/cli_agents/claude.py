@@ -19,6 +19,7 @@ from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
     LaunchRequest,
+    install_skills,
     vendor_agent,
 )
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
@@ -47,7 +48,9 @@ class ClaudeFlavor:
         if settings.api_key_env:
             cli_env["ANTHROPIC_API_KEY"] = os.environ.get(settings.api_key_env, "")
             secret_names = ("ANTHROPIC_API_KEY",)
-        tools = ",".join(settings.tools)
+        # the Skill tool is how Claude Code lists and loads skills: on when skills are named
+        skill_tool = ("Skill",) if request.skills and "Skill" not in settings.tools else ()
+        tools = ",".join((*settings.tools, *skill_tool))
         argv = [
             request.program,
             "-p",
@@ -70,7 +73,8 @@ class ClaudeFlavor:
             "--",
             request.prompt,
         ]
-        return Invocation(tuple(argv), cli_env, secret_names)
+        skills_dir = install_skills(request, config_dir)
+        return Invocation(tuple(argv), cli_env, secret_names, skills_dir=skills_dir)
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return ClaudeTranslator(events)

@@ -20,6 +20,7 @@ from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
     LaunchRequest,
+    install_skills,
     vendor_agent,
 )
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
@@ -88,7 +89,8 @@ class CodexFlavor:
             "--",
             request.prompt,
         ]
-        return Invocation(tuple(argv), cli_env, secret_names)
+        skills_dir = install_skills(request, codex_home)
+        return Invocation(tuple(argv), cli_env, secret_names, skills_dir=skills_dir)
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return CodexTranslator(events)
