@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from code_runner import sandbox
+from tests.helpers.agent_clis import codex_program
 from tests.helpers.attacks import TALLY
 from tests.helpers.network import Listener
 
@@ -73,3 +74,9 @@ def listener() -> Iterator[Listener]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def codex(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The real Codex CLI, for attacks made through an agent CLI's own tools."""
+    yield from codex_program(monkeypatch)

@@ -3,7 +3,8 @@
 The command line is the one verified against local servers (DESIGN.md): JSON events,
 no session files, no user config or rules, a provider of our own speaking the Responses
 API with bounded retries, approvals never asked, Codex's `workspace-write` sandbox by
-default, plugins and unbounded connection retries disabled, analytics off. `CODEX_HOME`
+default (with /tmp left out of its writable roots: only the work tree and the run's own
+TMPDIR are writable), plugins and unbounded connection retries disabled, analytics off. `CODEX_HOME`
 is a fresh directory under the workspace's private HOME; `TMPDIR` (the workspace's tmp
 dir) does not contain it. stdin is /dev/null (Codex reads stdin when it is not a TTY).
 """
@@ -80,6 +81,9 @@ class CodexFlavor:
             'approval_policy="never"',
             "--sandbox",
             settings.sandbox,
+            # /tmp is not the run's: a source repo or a skill folder there stays read-only
+            "-c",
+            "sandbox_workspace_write.exclude_slash_tmp=true",
             "--disable",
             "plugins",
             "--disable",
