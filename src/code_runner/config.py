@@ -136,6 +136,7 @@ class AgentCliSettings(ProviderSettings):
     idle_timeout_s: PositiveFloat | None = None
     timeout_s: PositiveFloat | None = None
     tmux: bool | None = None
+    auth: Literal["key", "inherit"] | None = None  # inherit: the user's own CLI login file
 
 
 class CodexCliBackend(AgentCliSettings):

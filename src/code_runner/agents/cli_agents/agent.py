@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import code_runner.agents.cli_agents.login as login
 import code_runner.agents.cli_agents.supervisor as supervisor
 import code_runner.agents.cli_agents.tmux as tmux
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
@@ -57,6 +58,7 @@ class Invocation:
     env: Mapping[str, str]
     secret_names: tuple[str, ...] = ()  # variables whose values are secrets
     skills_dir: Path | None = None  # where the flavor installed the named skills
+    login_copy: Path | None = None  # auth=inherit: the login file's copy, removed after
 
     def shown(self, prompt: str, prompt_file: Path) -> list[str]:
         secrets = [self.env[name] for name in self.secret_names if self.env.get(name)]
@@ -115,7 +117,10 @@ def vendor_agent(
     """A Codex or Claude Code backend, after its program and key pass preflight."""
     settings = named_settings(kind, arg, source_dir=source_dir, name=name)
     program = preflight_program(settings)
-    preflight_key(settings)
+    if settings.auth == login.AuthMode.INHERIT:
+        login.preflight_login(kind)
+    else:
+        preflight_key(settings)
     return CliAgent(flavor, settings, program=program)
 
 
@@ -158,6 +163,9 @@ class CliAgent:
             "command_line": self._last_command,
             "settings": self.settings.public(),
             "sandbox": self.flavor.posture(self.settings),
+            "auth": login.describe(
+                self.settings.kind, login.AuthMode(self.settings.auth), self.settings.api_key_env
+            ),
             "supervision": {
                 "tmux": self.settings.tmux,
                 "idle_timeout_s": self.settings.idle_timeout_s,
@@ -223,13 +231,16 @@ class CliAgent:
             env_names=sorted(invocation.env),
         )
         translator = self.flavor.translator(self.settings, events)
-        done = supervisor.supervise(
-            command,
-            self._limits(ctx),
-            translator,
-            stop_requested=paths.stop_request.exists,
-            tmux=plan,
-        )
+        try:
+            done = supervisor.supervise(
+                command,
+                self._limits(ctx),
+                translator,
+                stop_requested=paths.stop_request.exists,
+                tmux=plan,
+            )
+        finally:
+            login.remove_login(invocation.login_copy)
         state = translator.state
         events.emit(
             EventKind.CLI_FINISHED, backend=self.name, **done.to_dict(), stream=state.to_dict()

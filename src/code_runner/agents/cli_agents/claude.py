@@ -22,6 +22,7 @@ from code_runner.agents.cli_agents.agent import (
     install_skills,
     vendor_agent,
 )
+from code_runner.agents.cli_agents.login import AuthMode, copy_login
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
 from code_runner.agents.cli_agents.translate import ClaudeTranslator, Translator
 from code_runner.events import EventSink
@@ -45,7 +46,11 @@ class ClaudeFlavor:
         secret_names: tuple[str, ...] = ()
         if settings.base_url:
             cli_env["ANTHROPIC_BASE_URL"] = settings.base_url
-        if settings.api_key_env:
+        login_copy = None
+        if settings.auth == AuthMode.INHERIT:
+            # the user's own sign-in: its .credentials.json, alone, in the hermetic config dir
+            login_copy = copy_login(CliKind.CLAUDE, config_dir)
+        elif settings.api_key_env:
             cli_env["ANTHROPIC_API_KEY"] = os.environ.get(settings.api_key_env, "")
             secret_names = ("ANTHROPIC_API_KEY",)
         # the Skill tool is how Claude Code lists and loads skills: on when skills are named
@@ -74,7 +79,9 @@ class ClaudeFlavor:
             request.prompt,
         ]
         skills_dir = install_skills(request, config_dir)
-        return Invocation(tuple(argv), cli_env, secret_names, skills_dir=skills_dir)
+        return Invocation(
+            tuple(argv), cli_env, secret_names, skills_dir=skills_dir, login_copy=login_copy
+        )
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return ClaudeTranslator(events)
@@ -91,7 +98,9 @@ class ClaudeFlavor:
             "snapshot are the guard"
             if "Bash" in settings.tools
             else None,
-            "api_key": f"${settings.api_key_env}" if settings.api_key_env else None,
+            "api_key": f"${settings.api_key_env}"
+            if settings.api_key_env and settings.auth == AuthMode.KEY
+            else None,
         }
 
 

@@ -24,6 +24,7 @@ from code_runner.agents.cli_agents.agent import (
     install_skills,
     vendor_agent,
 )
+from code_runner.agents.cli_agents.login import AuthMode, copy_login
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
 from code_runner.agents.cli_agents.translate import CodexTranslator, Translator
 from code_runner.events import EventSink
@@ -56,7 +57,12 @@ class CodexFlavor:
         }
         secret_names: tuple[str, ...] = ()
         cli_env = {**request.env, "CODEX_HOME": str(codex_home), "NO_COLOR": "1"}
-        if settings.api_key_env:
+        login_copy = None
+        if settings.auth == AuthMode.INHERIT:
+            # the user's own `codex login`: its auth.json, alone, in the hermetic home
+            provider["requires_openai_auth"] = True
+            login_copy = copy_login(CliKind.CODEX, codex_home)
+        elif settings.api_key_env:
             provider["env_key"] = settings.api_key_env
             cli_env[settings.api_key_env] = os.environ.get(settings.api_key_env, "")
             secret_names = (settings.api_key_env,)
@@ -94,7 +100,9 @@ class CodexFlavor:
             request.prompt,
         ]
         skills_dir = install_skills(request, codex_home)
-        return Invocation(tuple(argv), cli_env, secret_names, skills_dir=skills_dir)
+        return Invocation(
+            tuple(argv), cli_env, secret_names, skills_dir=skills_dir, login_copy=login_copy
+        )
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return CodexTranslator(events)
@@ -107,7 +115,9 @@ class CodexFlavor:
             if settings.sandbox != "danger-full-access"
             else "unrestricted",
             "config": "hermetic (own CODEX_HOME, user config and rules ignored, ephemeral)",
-            "api_key": f"${settings.api_key_env}" if settings.api_key_env else None,
+            "api_key": f"${settings.api_key_env}"
+            if settings.api_key_env and settings.auth == AuthMode.KEY
+            else None,
         }
 
 
