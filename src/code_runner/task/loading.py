@@ -56,6 +56,7 @@ _FIX: dict[str, str] = {
     "definition_of_done": "write a mapping with `command` and `assertion` "
     "(and optionally `timeout_s`)",
     "sandbox": "use 'auto', 'required' or 'off'",
+    "on_scope": "use 'warn' (report a write outside the allowlist) or 'stop' (end the round)",
     "network": "use true or false",
     "limits": "write a mapping of memory_mb, processes, file_size_mb, cpu_s, tmp_mb, disk_mb",
 }

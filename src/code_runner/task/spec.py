@@ -147,6 +147,15 @@ SkillPath = Annotated[str, Field(strict=True), AfterValidator(_skill_path)]
 StrictBool = Annotated[bool, Field(strict=True)]
 
 
+class ScopePolicy(StrEnum):
+    """What a write outside the owned paths does while an agent CLI works: `warn` reports
+    it at once (a `scope_expansion` event); `stop` also ends the round. Either way the
+    audit drops the write."""
+
+    WARN = "warn"
+    STOP = "stop"
+
+
 class DirtyWorktreePolicy(StrEnum):
     """How uncommitted source changes are treated. Only isolation exists: the agent works
     in a disposable checkout of a commit, so the user's uncommitted work is never touched."""
@@ -208,6 +217,12 @@ class TaskSpec(BaseModel):
         description="Skill folders (each with a SKILL.md whose front matter gives name and "
         "description) that an agent CLI loads, read-only: a repo-relative folder of the source, "
         "or an absolute or ~ path of your own.",
+    )
+    on_scope: ScopePolicy = Field(
+        default=ScopePolicy.WARN,
+        description="Agent CLIs: a write outside the allowlist seen during a round is a "
+        "scope_expansion event at once; 'stop' also ends the round, 'warn' lets it go on "
+        "(the audit drops the write either way).",
     )
     dirty_worktree_policy: DirtyWorktreePolicy = Field(
         default=DirtyWorktreePolicy.ISOLATED_WORKTREE,

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import code_runner.agents.cli_agents.login as login
 import code_runner.agents.cli_agents.supervisor as supervisor
 import code_runner.agents.cli_agents.tmux as tmux
+import code_runner.agents.cli_agents.watch as watch
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
 from code_runner.agents.cli_agents.translate import Translator
@@ -230,7 +231,10 @@ class CliAgent:
             stderr=str(command.stderr_path),
             env_names=sorted(invocation.env),
         )
-        translator = self.flavor.translator(self.settings, events)
+        counted = watch.FailureCounter(events, self.settings.repeat_failures)
+        translator = self.flavor.translator(self.settings, counted)
+        watcher = self._watcher(ctx, events)
+        started = time.monotonic()
         try:
             done = supervisor.supervise(
                 command,
@@ -238,12 +242,18 @@ class CliAgent:
                 translator,
                 stop_requested=paths.stop_request.exists,
                 tmux=plan,
+                watchers=(watcher,),
             )
         finally:
             login.remove_login(invocation.login_copy)
+        watcher.finish(time.monotonic() - started)
         state = translator.state
         events.emit(
-            EventKind.CLI_FINISHED, backend=self.name, **done.to_dict(), stream=state.to_dict()
+            EventKind.CLI_FINISHED,
+            backend=self.name,
+            **done.to_dict(),
+            stream=state.to_dict(),
+            tree_watch=watcher.summary(),
         )
         if invocation.skills_dir is not None:
             changed = skills.changed_files(ctx.skills, invocation.skills_dir)
@@ -259,6 +269,23 @@ class CliAgent:
         if outcome.stop is AgentStop.BLOCKED and done.blocker is not None:
             events.emit(EventKind.AGENT_BLOCKED, backend=self.name, **done.blocker.to_dict())
         return outcome
+
+    def _watcher(self, ctx: RoundContext, events: EventSink) -> watch.TreeWatch:
+        """The live watch of the work tree for one round (see `watch`)."""
+        limits = watch.WatchLimits(
+            no_progress_s=self.settings.no_progress_s,
+            repeat_failures=self.settings.repeat_failures,
+            stop_on_scope=ctx.task.on_scope == "stop",
+        )
+        watcher = watch.TreeWatch(
+            ctx.workspace_dir,
+            ctx.task.allowlist_policy,
+            events,
+            limits,
+            ignored=watch.git_ignored(ctx.workspace_dir),
+        )
+        watcher.start()
+        return watcher
 
     def _limits(self, ctx: RoundContext) -> supervisor.SupervisionLimits:
         timeout = self.settings.timeout_s or _MAX_ROUND_S

@@ -80,6 +80,8 @@ class CliSettings:
     tmux: bool = False
     final_event: str | None = None  # `command`: a JSON line {"type": THIS} marks completion
     auth: str = "key"  # "key": $api_key_env; "inherit": the user's login file (`login`)
+    no_progress_s: float = 600.0  # output with no change to the tree this long: advisory
+    repeat_failures: int = 3  # the same command failing this often: advisory
 
     def public(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -104,6 +106,9 @@ _OPTION_KEYS = {
     "tmux": "true to run the CLI in a tmux pane (attachable)",
     "final_event": "command: JSON `type` of the line that marks completion",
     "auth": "key (the api_key_env variable) | inherit (your own CLI login file)",
+    "no_progress_s": "seconds of output with no change to the work tree before a "
+    "no_progress event (advisory)",
+    "repeat_failures": "times the same command may fail before a repeating_failure event",
 }
 
 
@@ -197,6 +202,8 @@ def _from_config(kind: CliKind, name: str, source_dir: Path | None) -> dict[str,
         "command",
         "final_event",
         "auth",
+        "no_progress_s",
+        "repeat_failures",
     ):
         value = getattr(entry, key, None)
         if value is not None:
@@ -287,6 +294,12 @@ def resolve(
         tmux=tmux_value if isinstance(tmux_value, bool) else _flag(kind, "tmux", str(tmux_value)),
         final_event=str(values["final_event"]) if values.get("final_event") else None,
         auth=auth,
+        no_progress_s=_number(
+            kind, "no_progress_s", str(values.get("no_progress_s", 600)), 1, 7 * 86_400
+        ),
+        repeat_failures=int(
+            _number(kind, "repeat_failures", str(values.get("repeat_failures", 3)), 2, 1000)
+        ),
     )
 
 
