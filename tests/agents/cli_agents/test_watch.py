@@ -15,8 +15,16 @@ from typing import Any
 
 import pytest
 
-from code_runner.agents.cli_agents.watch import FailureCounter, changed, scan
+from code_runner.agents.cli_agents.supervisor import Moment
+from code_runner.agents.cli_agents.watch import (
+    FailureCounter,
+    TreeWatch,
+    WatchLimits,
+    changed,
+    scan,
+)
 from code_runner.events import EventKind, ListSink
+from code_runner.task.paths import Allowlist
 from code_runner.testing import responses_api as resp
 from code_runner.testing.scripted_server import ScriptedServer
 from tests.helpers.agent_clis import FIXED, CliRun, backend, prepare, run, success_block
@@ -151,3 +159,22 @@ def test_codex_running_the_same_failing_command_is_a_repeating_failure(
     assert len(found) == 1 and found[0]["times"] == 3 and "still broken" in found[0]["command"]
     assert "repeating failure" in cli_run.output()
     assert cli_run.result()["status"] == "passed"
+
+
+def test_the_watch_keeps_its_cost_bounded_and_gives_up_on_a_huge_tree(tmp_path: Path) -> None:
+    for index in range(200):
+        (tmp_path / f"f{index}.txt").write_text("x")
+    sink = ListSink()
+    limits = WatchLimits(scan_interval_s=0.0, max_duty=0.001)
+    watch = TreeWatch(tmp_path, Allowlist.parse(["f0.txt"]), sink, limits)
+    watch.start()
+    watch.check(Moment(0.0, 0.0, None))
+    cost = watch.scan_s / watch.scans
+    assert watch.next_scan_s >= cost / 0.001 * 0.5  # waits ~1000x what a scan took
+    small = TreeWatch(tmp_path, Allowlist.parse(["f0.txt"]), sink, WatchLimits(max_entries=50))
+    small.start()
+    assert small.snapshot is None and small.stopped_watching
+    (tmp_path / "f1.txt").write_text("changed")
+    assert small.check(Moment(5.0, 0.0, None)) is None
+    kinds = [kind for kind, _ in sink.events]
+    assert EventKind.AGENT_WARNING in kinds and EventKind.SCOPE_EXPANSION not in kinds
