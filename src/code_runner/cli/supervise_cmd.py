@@ -1,4 +1,4 @@
-"""`attach`, `stop` and `summarize`: watch, end and review supervised runs.
+"""`attach`, `stop`, `finalize` and `summarize`: watch, end and review supervised runs.
 
 `stop` works for every backend: it writes the record's stop file (the runner and the
 agent CLI supervisor poll for it) and sends SIGTERM to the runner's pid from
@@ -199,6 +199,23 @@ def attach_command(run_dir: Path, read_only: bool, print_only: bool) -> int:
             click.echo(f"{paths.task_id}: the run has finished; see {paths.result_md}")
             return 0
         time.sleep(_POLL_S)
+
+
+@click.command("finalize")
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False))
+def finalize_command(run_dir: Path) -> int:
+    """Rewrite a finished run's result.md, eval.md and skill-review.md from its evidence.
+
+    The evidence is result.json, request.json, run.json and the events; no other file
+    changes. A killed run is finalized after `code-runner gc` has marked it abandoned.
+    """
+    from code_runner.record.finalize import finalize
+
+    written = finalize(run_dir)
+    out = render.console()
+    for path in written:
+        out.print(f"wrote {path}")
+    return 0
 
 
 @click.command("summarize")
