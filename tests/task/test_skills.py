@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from code_runner.errors import SpecError
+from code_runner import runner
+from code_runner.errors import PreflightError, SpecError
 from code_runner.task import contract, validate_spec_data
 from code_runner.task.skills import (
     MAX_SKILL_BYTES,
@@ -152,3 +153,15 @@ def test_the_prompt_names_the_skills_and_the_notes_are_parsed(tmp_path: Path) ->
     )
     assert claim is not None and claim.open_decisions == ()
     assert claim.skill_behavior_notes == ("the checklist missed mul", "add it")
+
+
+def test_a_backend_that_cannot_load_skills_is_refused_before_the_run(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": "x = 1\n"})
+    write_skill(repo / ".skills" / "review")
+    (tmp_path / "demo.json").write_text('{"rounds": []}')
+    spec = validate_spec_data(
+        _spec(repo, tmp_path / "out", [".skills/review"]), base_dir=tmp_path, source="s"
+    )
+    with pytest.raises(PreflightError, match="cannot load them") as info:
+        runner.preflight(spec, base_dir=tmp_path)
+    assert "codex-cli or claude-cli" in (info.value.fix or "")

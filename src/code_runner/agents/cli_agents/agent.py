@@ -152,6 +152,11 @@ class CliAgent:
                 "without tmux=true or CODE_RUNNER_TMUX=1).",
             )
 
+    @property
+    def loads_skills(self) -> bool:
+        """Named skills are installed for this CLI (Codex and Claude Code load them)."""
+        return self.settings.kind in (CliKind.CODEX, CliKind.CLAUDE)
+
     def with_tmux(self, enabled: bool) -> CliAgent:
         """The same agent, supervised in tmux (or not)."""
         return CliAgent(self.flavor, replace(self.settings, tmux=enabled), program=self.program)

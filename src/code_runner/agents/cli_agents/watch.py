@@ -99,7 +99,7 @@ class TreeWatch:
     scan_s: float = 0.0  # total time spent scanning
     stopped_watching: bool = False
     quiet_reported: bool = False
-    _cost: float = 0.0  # the last scan's seconds
+    last_scan_s: float = 0.0  # what the last scan took
 
     def start(self) -> None:
         """The tree before the CLI starts: what later scans are compared against."""
@@ -129,14 +129,14 @@ class TreeWatch:
             cost = time.perf_counter() - started
             self.scans += 1
             self.scan_s += cost
-            self._cost = cost
+            self.last_scan_s = cost
         return snapshot
 
     def _scope(self, moment: Moment, *, may_stop: bool = True) -> tuple[Ending, str] | None:
         before = self.snapshot or {}
         after = self._scan()
         self.next_scan_s = moment.elapsed_s + max(
-            self.limits.scan_interval_s, self._cost / self.limits.max_duty
+            self.limits.scan_interval_s, self.last_scan_s / self.limits.max_duty
         )
         if after is None:
             self.snapshot = None
