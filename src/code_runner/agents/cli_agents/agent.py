@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import code_runner.agents.cli_agents.interactive as interactive
 import code_runner.agents.cli_agents.login as login
 import code_runner.agents.cli_agents.supervisor as supervisor
 import code_runner.agents.cli_agents.tmux as tmux
@@ -49,6 +50,7 @@ class LaunchRequest:
     env: Mapping[str, str]
     home: Path  # the CLI's own HOME: config dirs go under it
     skills: tuple[Skill, ...] = ()  # named skills: the flavor installs them in its home
+    result_file: Path | None = None  # interactive: where the worker writes its final block
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,16 @@ class CliAgent:
         """Named skills are installed for this CLI (Codex and Claude Code load them)."""
         return self.settings.kind in (CliKind.CODEX, CliKind.CLAUDE)
 
-    def with_tmux(self, enabled: bool) -> CliAgent:
-        """The same agent, supervised in tmux (or not)."""
-        return CliAgent(self.flavor, replace(self.settings, tmux=enabled), program=self.program)
+    def with_tmux(self, enabled: bool, *, interactive: bool = False) -> CliAgent:
+        """The same agent, supervised in tmux (or not); `interactive`: Claude Code's UI."""
+        if interactive and (not enabled or self.settings.kind is not CliKind.CLAUDE):
+            raise UsageError(
+                "--interactive runs Claude Code's interactive UI in a tmux pane: it needs "
+                f"--tmux and a claude-cli backend (this one is {self.name}).",
+                fix="add --tmux and use a claude-cli backend, or drop --interactive.",
+            )
+        changed = replace(self.settings, tmux=enabled, interactive=interactive)
+        return CliAgent(self.flavor, changed, program=self.program)
 
     def describe(self) -> dict[str, Any]:
         """For run.json: what runs, how it is confined, where a person can watch it."""
@@ -192,6 +201,9 @@ class CliAgent:
             previous=ctx.previous_verdict,
             skills=[(skill.name, skill.description) for skill in ctx.skills],
         )
+        result_file = self._result_file(agent_dir, index)
+        if result_file is not None:
+            prompt = prompt.rstrip("\n") + "\n\n" + interactive.prompt_section(result_file) + "\n"
         prompt_file = agent_dir / f"round-{index}.prompt.md"
         prompt_file.write_text(prompt, encoding="utf-8")
         env = _base_env(ctx, agent_dir)
@@ -206,6 +218,7 @@ class CliAgent:
             env=env,
             home=home,
             skills=ctx.skills,
+            result_file=result_file,
         )
         invocation = self.flavor.invocation(self.settings, request)
         if invocation.skills_dir is not None:
@@ -222,10 +235,13 @@ class CliAgent:
             argv=invocation.argv,
             cwd=ctx.workspace_dir,
             env=invocation.env,
-            stdout_path=agent_dir / f"round-{index}.stdout.jsonl",
+            # interactive: the UI's screen (the pane's log) is the output that grows
+            stdout_path=paths.terminal_log
+            if result_file
+            else agent_dir / f"round-{index}.stdout.jsonl",
             stderr_path=agent_dir / f"round-{index}.stderr.log",
         )
-        plan = self._tmux_plan(paths, index, shown) if self.settings.tmux else None
+        plan = self._tmux_plan(paths, index, shown, result_file) if self.settings.tmux else None
         events.emit(
             EventKind.CLI_STARTED,
             backend=self.name,
@@ -237,7 +253,11 @@ class CliAgent:
             env_names=sorted(invocation.env),
         )
         counted = watch.FailureCounter(events, self.settings.repeat_failures)
-        translator = self.flavor.translator(self.settings, counted)
+        translator: Translator = (
+            interactive.InteractiveTranslator(counted, result_file)
+            if result_file
+            else self.flavor.translator(self.settings, counted)
+        )
         watcher = self._watcher(ctx, events)
         started = time.monotonic()
         try:
@@ -302,7 +322,17 @@ class CliAgent:
             grace_s=self.settings.grace_s,
         )
 
-    def _tmux_plan(self, paths: RecordPaths, index: int, shown: list[str]) -> supervisor.TmuxPlan:
+    def _result_file(self, agent_dir: Path, index: int) -> Path | None:
+        """Interactive rounds: the sentinel file the worker's final block goes to (fresh)."""
+        if not (self.settings.interactive and self.settings.tmux):
+            return None
+        path = agent_dir / f"round-{index}.result.txt"
+        path.unlink(missing_ok=True)
+        return path
+
+    def _tmux_plan(
+        self, paths: RecordPaths, index: int, shown: list[str], result_file: Path | None = None
+    ) -> supervisor.TmuxPlan:
         agent_dir = paths.agent_dir
         socket = tmux.socket_path(self._key)
         run_dir = paths.output_dir
@@ -314,9 +344,11 @@ class CliAgent:
             stderr=agent_dir / f"round-{index}.stderr.log",
             terminal_log=paths.terminal_log,
             info=paths.tmux_info,
+            result_file=result_file,
         )
+        how = "attach to steer" if result_file else "watching only"
         banner = (
-            f"code-runner: {self.name}, round {index} -- watching only; "
+            f"code-runner: {self.name}, round {index} -- {how}; "
             f"stop the run with: code-runner stop {run_dir}"
         )
         info = {"round": index, "backend": self.name, "command_line": shown}
@@ -333,11 +365,11 @@ def install_skills(request: LaunchRequest, cli_home: Path) -> Path | None:
     return target
 
 
-def supervise_in_tmux(agent: Any, *, enabled: bool) -> Any:
+def supervise_in_tmux(agent: Any, *, enabled: bool, interactive: bool = False) -> Any:
     """`agent` with tmux supervision switched on or off (`code-runner run --tmux`)."""
     if isinstance(agent, CliAgent):
-        return agent.with_tmux(enabled)
-    if enabled:
+        return agent.with_tmux(enabled, interactive=interactive)
+    if enabled or interactive:
         raise UsageError(
             f"--tmux runs an agent CLI in a tmux pane, and backend {getattr(agent, 'name', '?')!r} "
             "is not one (it runs inside code-runner).",

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import code_runner.agents.cli_agents.interactive as interactive
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
@@ -56,7 +57,36 @@ class ClaudeFlavor:
         # the Skill tool is how Claude Code lists and loads skills: on when skills are named
         skill_tool = ("Skill",) if request.skills and "Skill" not in settings.tools else ()
         tools = ",".join((*settings.tools, *skill_tool))
-        argv = [
+        if request.result_file is not None:  # `--tmux --interactive`: the UI, not -p
+            interactive.seed_config(config_dir, request.workspace, cli_env.get("ANTHROPIC_API_KEY"))
+            cli_env[interactive.RESULT_FILE_ENV] = str(request.result_file)
+            cli_env["TERM"] = "xterm-256color"
+            cli_env.pop("NO_COLOR", None)
+            argv = [
+                request.program,
+                "--setting-sources",
+                "user",
+                "--strict-mcp-config",
+                *(["--model", settings.model] if settings.model else []),
+                "--tools",
+                tools,
+                "--allowedTools",
+                tools,
+                "--permission-mode",
+                "acceptEdits",
+                "--",
+                request.prompt,
+            ]
+        else:
+            argv = self._print_argv(settings, request, tools)
+        skills_dir = install_skills(request, config_dir)
+        return Invocation(
+            tuple(argv), cli_env, secret_names, skills_dir=skills_dir, login_copy=login_copy
+        )
+
+    @staticmethod
+    def _print_argv(settings: CliSettings, request: LaunchRequest, tools: str) -> list[str]:
+        return [
             request.program,
             "-p",
             "--output-format",
@@ -78,10 +108,6 @@ class ClaudeFlavor:
             "--",
             request.prompt,
         ]
-        skills_dir = install_skills(request, config_dir)
-        return Invocation(
-            tuple(argv), cli_env, secret_names, skills_dir=skills_dir, login_copy=login_copy
-        )
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return ClaudeTranslator(events)

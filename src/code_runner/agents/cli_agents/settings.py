@@ -80,6 +80,7 @@ class CliSettings:
     tmux: bool = False
     final_event: str | None = None  # `command`: a JSON line {"type": THIS} marks completion
     auth: str = "key"  # "key": $api_key_env; "inherit": the user's login file (`login`)
+    interactive: bool = False  # claude-cli in tmux: the interactive UI (`interactive`)
     no_progress_s: float = 600.0  # output with no change to the tree this long: advisory
     repeat_failures: int = 3  # the same command failing this often: advisory
 
