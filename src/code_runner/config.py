@@ -136,6 +136,9 @@ class AgentCliSettings(ProviderSettings):
     idle_timeout_s: PositiveFloat | None = None
     timeout_s: PositiveFloat | None = None
     tmux: bool | None = None
+    auth: Literal["key", "inherit"] | None = None  # inherit: the user's own CLI login file
+    no_progress_s: PositiveFloat | None = None
+    repeat_failures: Annotated[int, Field(strict=True, ge=2, le=1000)] | None = None
 
 
 class CodexCliBackend(AgentCliSettings):

@@ -23,6 +23,11 @@ class EventKind(StrEnum):
     AGENT_MESSAGE = "agent_message"  # text the agent wrote (a CLI's message, a model's)
     CLI_FINISHED = "cli_finished"
     AGENT_BLOCKED = "agent_blocked"  # a known failure text: a person must decide
+    SKILLS_INSTALLED = "skills_installed"  # named skills written read-only for a CLI
+    SKILL_CHANGED = "skill_changed"  # a named skill's installed copy differs after a round
+    SCOPE_EXPANSION = "scope_expansion"  # a write outside the owned paths, seen live
+    REPEATING_FAILURE = "repeating_failure"  # the same failing command again and again
+    NO_PROGRESS = "no_progress"  # output flows but the tree has not changed (advisory)
     STOP_REQUESTED = "stop_requested"  # `code-runner stop` asked the run to end
     RESULT_CONTRACT = "result_contract"  # the worker's claimed result against the evidence
     AUDIT = "audit"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,6 +53,29 @@ def cli_program(name: str) -> str:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def codex_program(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Codex (for a fixture), with workspaces where its own sandbox can reach them.
+
+    Codex's sandbox runs it in a user namespace, where a directory on the way to the
+    workspace that only root may search is closed. Workspaces (and CODEX_HOME in them) go
+    under /var/tmp, so a test elsewhere that leaves /tmp closed cannot break these.
+    """
+    program = cli_program("codex")
+    monkeypatch.setenv(BIN_ENV["codex"], program)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    base = Path("/var/tmp")
+    if not (base.is_dir() and open_path(base)):
+        yield program
+        return
+    state = Path(tempfile.mkdtemp(prefix="code-runner-e2e-", dir=base))
+    state.chmod(0o755)
+    monkeypatch.setenv("CODE_RUNNER_STATE_DIR", str(state))
+    try:
+        yield program
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def open_path(path: Path) -> bool:

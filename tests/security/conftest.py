@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from code_runner import sandbox
+from tests.helpers.agent_clis import codex_program
 from tests.helpers.attacks import TALLY
 from tests.helpers.network import Listener
 from tests.helpers.web import Made, made_runs
@@ -81,3 +82,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
     """Finished task and exec runs for the dashboard's attacks, made once per module."""
     with pytest.MonkeyPatch.context() as patch:
         yield made_runs(tmp_path_factory.mktemp("web"), patch)
+
+
+@pytest.fixture
+def codex(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The real Codex CLI, for attacks made through an agent CLI's own tools."""
+    yield from codex_program(monkeypatch)

@@ -18,6 +18,7 @@ from code_runner.tools.base import ToolRunner
 if TYPE_CHECKING:
     from code_runner.record import RecordPaths
     from code_runner.task import TaskSpec
+    from code_runner.task.skills import Skill
     from code_runner.verify import Verdict
 
 
@@ -56,6 +57,7 @@ class RoundContext:
     record_paths: RecordPaths | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     deadline: float | None = None  # time.monotonic() at which the run's wall clock ends
+    skills: tuple[Skill, ...] = ()  # the spec's named skills, as read at the run's start
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import click
 import code_runner.cli.render as render
 from code_runner import files
 from code_runner.errors import RecordError, UsageError
+from code_runner.events import EventKind
 from code_runner.monitor import load_result as load_experiment_result
 from code_runner.monitor import render_status
 from code_runner.record import load_result, seal
@@ -117,6 +118,9 @@ def watch_command(target: Path, interval: float, timeout_s: float) -> int:
         events = files.read_jsonl(events_path)
         for event in events[seen:]:
             out.print(f"{event.get('ts')} {event.get('kind')} round={event.get('round')}")
+            said = _watch_line(event)
+            if said:
+                out.print(f"  {said}")
         seen = len(events)
         status = _load_json(status_path)
         summary = _summary(status)
@@ -129,6 +133,15 @@ def watch_command(target: Path, interval: float, timeout_s: float) -> int:
             out.print("stopped watching (timeout); the run goes on")
             return 124
         time.sleep(interval)
+
+
+def _watch_line(event: dict[str, Any]) -> str | None:
+    """What the live watch of an agent CLI saw, said as on the run's terminal."""
+    try:
+        kind = EventKind(str(event.get("kind")))
+    except ValueError:
+        return None
+    return render.ProgressPrinter.describe_watch(kind, event)
 
 
 def _is_experiment(target: Path) -> bool:

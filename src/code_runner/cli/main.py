@@ -47,6 +47,10 @@ COMMANDS: dict[str, Lazy] = {
         "code_runner.cli.exec_cmd:exec_command",
         "Run COMMAND exactly as given, under the experiment monitor.",
     ),
+    "finalize": Lazy(
+        "code_runner.cli.supervise_cmd:finalize_command",
+        "Rewrite a finished run's result.md, eval.md and skill-review.md from its evidence.",
+    ),
     "gc": Lazy(
         "code_runner.cli.maintenance:gc_command",
         "Remove workspaces left by killed runs and mark their records abandoned; repair "

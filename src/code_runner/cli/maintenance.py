@@ -99,6 +99,19 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
     }
 
 
+def _login_line(found: dict[str, Any]) -> str:
+    if found.get("problem"):
+        return f"[red]{found['problem']}[/]"
+    mark = "[green]ready[/]" if found.get("ready") else "[red]not ready[/]"
+    other = (
+        f"; with auth=inherit: your sign-in {found['login_file']} "
+        f"({'present' if found.get('login_present') else 'missing'})"
+        if found.get("auth") == "key" and found.get("login_file")
+        else ""
+    )
+    return f"{found.get('uses')} {mark} (auth={found.get('auth')}){other}"
+
+
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True)
 @click.option(
@@ -139,6 +152,7 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
         found = f"[green]ok[/] {info['version'] or ''}" if info["found"] else "[red]missing[/]"
         how = info["path"] or f"{info['install']} (or set ${info['override']})"
         out.print(f"{name:6} {found}  [dim]{info['backend']} backend: {how}[/]")
+        out.print(f"       login: {_login_line(info.get('login') or {})}")
     for name, present in report["credentials"].items():
         out.print(f"{name}: {'set' if present else 'not set'}")
     out.print(f"state dir: {report['state_dir']}")

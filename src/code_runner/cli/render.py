@@ -91,7 +91,28 @@ class ProgressPrinter:
             return "[red]source repo changed:[/] " + "; ".join(e["differences"])
         if kind is EventKind.SIGNAL_RECEIVED:
             return f"[yellow]{e['signal']} received: cleaning up[/]"
-        return ProgressPrinter.describe_apply(kind, e)
+        return ProgressPrinter.describe_apply(kind, e) or ProgressPrinter.describe_watch(kind, e)
+
+    @staticmethod
+    def describe_watch(kind: EventKind, e: dict[str, Any]) -> str | None:
+        """What the live watch of an agent CLI's round saw (`agents.cli_agents.watch`)."""
+        r = e.get("round", 0)
+        if kind is EventKind.SCOPE_EXPANSION:
+            then = "stopping the round" if e.get("action") == "stop" else "the audit will drop it"
+            return (
+                f"round {r}: [red]scope expansion[/]: wrote outside the owned paths: "
+                f"{', '.join(e.get('paths') or [])} ({then})"
+            )
+        if kind is EventKind.REPEATING_FAILURE:
+            return (
+                f"round {r}: [yellow]repeating failure[/]: {e.get('command')!s:.120} failed "
+                f"{e.get('times')} times"
+            )
+        if kind is EventKind.NO_PROGRESS:
+            return f"round {r}: [yellow]no progress[/] (advisory): {e.get('message')}"
+        if kind is EventKind.SKILL_CHANGED:
+            return f"round {r}: [red]skill changed[/]: {', '.join(e.get('files') or [])}"
+        return None
 
     @staticmethod
     def describe_apply(kind: EventKind, e: dict[str, Any]) -> str | None:

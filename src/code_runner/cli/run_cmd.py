@@ -41,12 +41,19 @@ spec_argument = click.argument(
     help="Run an agent CLI backend in a tmux pane of its own (`code-runner attach "
     "OUTPUT_DIR` to watch). Default: the backend's tmux= setting or $CODE_RUNNER_TMUX.",
 )
+@click.option(
+    "--interactive",
+    is_flag=True,
+    help="With --tmux and claude-cli: Claude Code's interactive UI in the pane (attach to "
+    "steer); the worker ends by writing its final block to a sentinel file.",
+)
 def run_command(
     spec_path: Path,
     max_rounds: int | None,
     backend: str | None,
     as_json: bool,
     tmux: bool | None,
+    interactive: bool,
 ) -> int:
     """Run a task spec; exit 0 iff the DoD passed on the patch.
 
@@ -56,10 +63,11 @@ def run_command(
     """
     task = load_spec(spec_path, overrides=_overrides(max_rounds, backend))
     pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
-    if tmux is not None:
+    if tmux is not None or interactive:
         from code_runner.agents.cli_agents.agent import supervise_in_tmux
 
-        pre = dataclasses.replace(pre, agent=supervise_in_tmux(pre.agent, enabled=tmux))
+        agent = supervise_in_tmux(pre.agent, enabled=bool(tmux), interactive=interactive)
+        pre = dataclasses.replace(pre, agent=agent)
     out = render.console(stderr=True)
     if tmux:
         out.print(f"watch it live: code-runner attach {task.output_dir}")

@@ -1,4 +1,4 @@
-"""`attach`, `stop` and `summarize`: watch, end and review supervised runs.
+"""`attach`, `stop`, `finalize` and `summarize`: watch, end and review supervised runs.
 
 `stop` works for every backend: it writes the record's stop file (the runner and the
 agent CLI supervisor poll for it) and sends SIGTERM to the runner's pid from
@@ -240,6 +240,23 @@ def attach_command(run_dir: Path, read_only: bool, print_only: bool) -> int:
         time.sleep(_POLL_S)
 
 
+@click.command("finalize")
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False))
+def finalize_command(run_dir: Path) -> int:
+    """Rewrite a finished run's result.md, eval.md and skill-review.md from its evidence.
+
+    The evidence is result.json, request.json, run.json and the events; no other file
+    changes. A killed run is finalized after `code-runner gc` has marked it abandoned.
+    """
+    from code_runner.record.finalize import finalize
+
+    written = finalize(run_dir)
+    out = render.console()
+    for path in written:
+        out.print(f"wrote {path}")
+    return 0
+
+
 @click.command("summarize")
 @click.argument(
     "runs_root", required=False, default=".", type=click.Path(path_type=Path, exists=False)
@@ -250,7 +267,9 @@ def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
     """One line per run under RUNS_ROOT (default: .) and totals, for every backend.
 
     Status is the normalized one (SUCCESS, PARTIAL, BLOCKED_NEEDS_DECISION, FAILED),
-    derived from evidence; `mismatch` counts where the worker's claim disagreed.
+    derived from evidence; `mismatch` counts where the worker's claim disagreed; `skills`
+    is the skill review's recommendation (NO_SKILL_CHANGE, CANDIDATE_LEARNING,
+    REVIEW_REQUIRED) of a run that named skills.
     """
     from code_runner.monitor import collect_experiments, experiment_totals
 
@@ -286,6 +305,7 @@ def _print_tasks(
 ) -> None:
     for line in lines:
         mismatch = f", {line.mismatches} mismatch(es)" if line.mismatches else ""
+        mismatch += f", skills {line.skill_review}" if line.skill_review else ""
         out.print(
             f"{line.started_at[:19]:19} {line.status:22} {line.backend_name:11} "
             f"{line.duration_s:8.1f} s  DoD {'pass' if line.dod_passed else 'fail'}  "
@@ -296,6 +316,7 @@ def _print_tasks(
         f"{totals['runs']} run(s): {counts}; DoD passed {totals['dod_passed']}; "
         f"runs with a mismatch {totals['runs_with_mismatch']}; "
         f"total {totals['duration_s']:.1f} s"
+        + "".join(f"; skills {k} {v}" for k, v in totals["skill_review"].items())
         + (f"; {skipped} other file(s) skipped" if skipped else "")
     )
 

@@ -9,6 +9,7 @@ one way to read it; `writer.RunRecord` is the only writer (events, status, round
 
 from code_runner.record.paths import RecordPaths, hunk_markdown
 from code_runner.record.result import RunResult, load_result
+from code_runner.record.skill_review import SkillVerdict
 from code_runner.record.state import (
     TERMINAL_STATES,
     TRANSITIONS,
@@ -28,6 +29,7 @@ __all__ = [
     "RunRecord",
     "RunResult",
     "RunState",
+    "SkillVerdict",
     "hunk_markdown",
     "load_result",
 ]

@@ -86,6 +86,11 @@ class RecordPaths:
         return self.file("eval.md")
 
     @property
+    def skill_review_md(self) -> Path:
+        """The recommendation about the run's named skills, and a person's options."""
+        return self.file("skill-review.md")
+
+    @property
     def terminal_log(self) -> Path:
         """What an agent CLI's tmux pane showed (`--tmux` runs)."""
         return self.file("terminal.log")

@@ -99,6 +99,7 @@ class Claim(_Record):
     changed_files: tuple[str, ...] = ()
     verification: str = ""
     open_decisions: tuple[str, ...] = ()
+    skill_behavior_notes: tuple[str, ...] = ()
 
 
 class Assessment(_Record):
@@ -165,6 +166,8 @@ class RunResult(_Record):
     duration_s: float = 0.0
     record_files: dict[str, str] = {}
     result_contract: Assessment | None = None
+    # the skills' recommendation (`record.skill_review`): verdict, skills, notes, changes
+    skill_review: dict[str, Any] | None = None
 
     # --- reading -----------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ class RunLine:
     mismatches: int
     claimed: str | None
     started_at: str
+    skill_review: str | None = None  # the skills' recommendation, for runs that named skills
 
     @property
     def backend_name(self) -> str:
@@ -59,6 +60,7 @@ class RunLine:
             "mismatches": self.mismatches,
             "claimed_status": self.claimed,
             "started_at": self.started_at,
+            "skill_review": self.skill_review,
         }
 
 
@@ -101,7 +103,14 @@ def _line(path: Path, result: RunResult) -> RunLine:
         mismatches=len(contract.mismatches) if contract else 0,
         claimed=contract.claimed_status if contract else None,
         started_at=result.started_at,
+        skill_review=_skill_verdict(result),
     )
+
+
+def _skill_verdict(result: RunResult) -> str | None:
+    found = result.skill_review or {}
+    verdict = found.get("verdict")
+    return str(verdict) if verdict and found.get("skills") else None
 
 
 def collect(root: Path, *, since: datetime | None = None) -> tuple[list[RunLine], int]:
@@ -142,6 +151,7 @@ def totals(lines: list[RunLine]) -> dict[str, Any]:
         "by_backend": dict(sorted(by_backend.items())),
         "dod_passed": sum(1 for line in lines if line.dod_passed),
         "runs_with_mismatch": sum(1 for line in lines if line.mismatches),
+        "skill_review": dict(Counter(line.skill_review for line in lines if line.skill_review)),
         "mismatches": sum(line.mismatches for line in lines),
         "duration_s": round(sum(line.duration_s for line in lines), 3),
     }

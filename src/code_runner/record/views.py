@@ -16,12 +16,14 @@ disagrees with them; every file is written atomically.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import code_runner.record.skill_review as skill_review
 from code_runner import files
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import RunResult
@@ -62,6 +64,7 @@ def run_info(
     paths: RecordPaths,
     status: str = "running",
     os_sandbox: object = None,
+    skills: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """`os_sandbox`: code-runner's own OS sandbox (around its tools and the DoD), once known;
     `sandbox` is the agent's (an agent CLI's own confinement)."""
@@ -81,6 +84,7 @@ def run_info(
         "workspace": str(workspace_dir) if workspace_dir else None,
         "owned_paths": list(spec.allowlist),
         "read_context": list(spec.read_context),
+        "skills": [dict(skill) for skill in skills],
         "definition_of_done": spec.definition_of_done.model_dump(mode="json"),
         "record_dir": str(paths.output_dir),
         "tmux": str(paths.tmux_info) if paths.tmux_info.exists() else None,
@@ -218,20 +222,41 @@ def _review_head(hunk: Path) -> str:
     return "".join(kept[1:])
 
 
+def recorded_skills(paths: RecordPaths) -> list[Mapping[str, Any]]:
+    """The skills run.json lists (name, path, origin, hashes), or none."""
+    try:
+        info = json.loads(paths.run_info.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = info.get("skills") if isinstance(info, dict) else None
+    return [s for s in found if isinstance(s, Mapping)] if isinstance(found, list) else []
+
+
+def review_skills(paths: RecordPaths, result: RunResult) -> skill_review.SkillReview:
+    """The skills' recommendation from run.json, result.json and the events."""
+    events = [e for e in files.read_jsonl(paths.events) if isinstance(e, Mapping)]
+    return skill_review.review(result, recorded_skills(paths), events)
+
+
 def write_reports(paths: RecordPaths, result: RunResult, spec: TaskSpec) -> None:
-    """result.md and eval.md from the finished result (and the hunk file's diff stat)."""
+    """result.md, eval.md and skill-review.md from the finished result (and the hunk file's
+    diff stat, run.json's skills and the events)."""
     review = _review_head(paths.hunk)
     # agent text is in both (its claim, its errors, file names): never terminal escapes
     result_md = files.printable(result_markdown(result))
     files.atomic_write_text(paths.result_md, result_md, durable=False)
     eval_md = files.printable(eval_markdown(result, spec, review))
     files.atomic_write_text(paths.eval_md, eval_md, durable=False)
+    reviewed = skill_review.skill_review_markdown(result, review_skills(paths, result))
+    files.atomic_write_text(paths.skill_review_md, files.printable(reviewed), durable=False)
 
 
 __all__ = [
     "agent_description",
     "eval_markdown",
+    "recorded_skills",
     "result_markdown",
+    "review_skills",
     "run_info",
     "write_reports",
     "write_run_info",

@@ -304,6 +304,7 @@ _RUN_FILES = (
     "run.json",
     "result.md",
     "eval.md",
+    "skill-review.md",
     "terminal.log",
     "tmux.json",
     "stop",

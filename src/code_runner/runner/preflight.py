@@ -51,6 +51,12 @@ def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
         )
     base = result.stdout.decode().strip()
     agent = agents.make_agent(spec.backend, base_dir=base_dir, source_dir=source.work_tree)
+    if spec.skills and getattr(agent, "loads_skills", False) is not True:
+        raise PreflightError(
+            f"the task names skills, and backend {spec.backend.split(':', 1)[0]!r} cannot "
+            "load them (skills are installed for the codex-cli and claude-cli backends).",
+            fix="use a codex-cli or claude-cli backend, or remove `skills` from the spec.",
+        )
     warnings: list[str] = []
     if shutil.which("rg") is None:
         warnings.append("ripgrep (rg) is not installed: the search_code tool will fail")

@@ -26,6 +26,7 @@ from code_runner.record import Reason, ResultStatus, RunRecord, RunState
 from code_runner.sandbox import Session
 from code_runner.task import TaskSpec
 from code_runner.task.paths import Allowlist
+from code_runner.task.skills import Skill
 from code_runner.tools import Toolbox
 
 # an agent CLI's round ended without an answer: the run ends with this reason
@@ -199,6 +200,7 @@ class RoundLoop:
     # audit and tools use `allowlist` (the plan keeps safe undeclared changes and judges them)
     item_mode: bool = False
     allowlist: Allowlist | None = None
+    skills: tuple[Skill, ...] = ()  # named skills, read once at the run's start
 
     @property
     def policy(self) -> Allowlist:
@@ -333,6 +335,7 @@ class RoundLoop:
             record_paths=self.record.paths,
             env=self.ws.env(),
             deadline=self.deadline,
+            skills=self.skills,
         )
         self.record.emit(EventKind.AGENT_STARTED, backend=self.spec.backend)
         try:

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import code_runner.runner.leases as run_leases
-from code_runner import __version__, apply, clock, proc, workspace
-from code_runner.errors import ApplyRefused, CodeRunnerError, DiskFull, Interrupted
+from code_runner import __version__, apply, clock, files, proc, workspace
+from code_runner.errors import ApplyRefused, CodeRunnerError, DiskFull, Interrupted, SpecError
 from code_runner.events import EventKind
 from code_runner.proc import signals_as_interrupt
 from code_runner.record import (
@@ -28,14 +28,16 @@ from code_runner.record import (
     RunRecord,
     RunResult,
     RunState,
+    skill_review,
     views,
 )
 from code_runner.repo import snapshot
 from code_runner.runner.preflight import Preflight, new_run_id
 from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop, apply_ending
 from code_runner.sandbox import SandboxMode, SandboxUser, Session, new_identity, open_session
-from code_runner.task import contract, spec_to_request
+from code_runner.task import TaskSpec, contract, spec_to_request
 from code_runner.task.paths import Allowlist
+from code_runner.task.skills import Skill, SkillProblem, load_skills
 
 _FINAL_STATES = {
     ResultStatus.PASSED: RunState.PASSED,
@@ -72,6 +74,7 @@ class TaskRun:
         self.identity: SandboxUser | None = None  # a root runner's uid for the sandbox
         self.stopping = False  # a stop request is being honoured; further signals wait
         self.applied: apply.ApplyOutcome | None = None  # complete-task mode only
+        self.skills: tuple[Skill, ...] = ()  # the spec's named skills, read in `_work`
 
     def _rounds(self, ws: workspace.Workspace) -> Ending:
         self._open_sandbox(ws)
@@ -85,6 +88,7 @@ class TaskRun:
             sandbox=self.sandbox,
             item_mode=self.item_mode,
             allowlist=self.allowlist,
+            skills=self.skills,
         )
         return self.loop.run()
 
@@ -328,6 +332,7 @@ class TaskRun:
         decision = self.pre.sandbox
         if decision is not None and decision.use and os.geteuid() == 0:
             self.identity = new_identity()  # the checkout is the sandbox's from the start
+        self.skills = _read_skills(spec)
         self.ws = workspace.create(
             self.pre.source,
             self.pre.base,
@@ -377,6 +382,7 @@ class TaskRun:
         assessed = contract.assess(response, result.evidence())
         result = result.updated(result_contract=assessed)
         record.emit(EventKind.RESULT_CONTRACT, **assessed)
+        result = self._review_skills(result)
         record.write_result(result)
         self._write_reports(result)
         status = self.ending.status
@@ -384,6 +390,16 @@ class TaskRun:
         record.transition(final, step="done", status=status.value)
         record.emit(EventKind.RUN_FINISHED, status=status.value, reason=self.ending.reason.value)
         return result
+
+    def _review_skills(self, result: RunResult) -> RunResult:
+        """The skills' recommendation, into result.json (and skill-review.md after)."""
+        try:
+            events = files.read_jsonl(self.record.paths.events)
+        except OSError:
+            events = []
+        skills = [skill.to_dict() for skill in self.skills]
+        found = skill_review.review(result, skills, [e for e in events if isinstance(e, dict)])
+        return result.updated(skill_review=found.to_dict())
 
     def _write_run_info(self, status: str, os_sandbox: object = None) -> None:
         info = views.run_info(
@@ -395,6 +411,7 @@ class TaskRun:
             paths=self.record.paths,
             status=status,
             os_sandbox=os_sandbox,
+            skills=[skill.to_dict() for skill in self.skills],
         )
         views.write_run_info(self.record.paths, info)
 
@@ -456,6 +473,14 @@ class TaskRun:
                 "record_files": self.record.paths.record_files(),
             }
         )
+
+
+def _read_skills(spec: TaskSpec) -> tuple[Skill, ...]:
+    """The named skills as this run uses them (checked when the spec was loaded)."""
+    try:
+        return load_skills(spec.skills, spec.cwd)
+    except SkillProblem as exc:
+        raise SpecError("skills", [f"skills: {exc}"]) from None
 
 
 def run_task(

@@ -19,6 +19,7 @@ this works for the built-in loop as well as for agent CLIs.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,14 @@ class WorkerStatus(StrEnum):
     FAILED = "FAILED"  # errored, looped, or produced unusable or unsafe work
 
 
-_KEYS = ("RESULT_STATUS", "SUMMARY", "CHANGED_FILES", "VERIFICATION", "OPEN_DECISIONS")
+_KEYS = (
+    "RESULT_STATUS",
+    "SUMMARY",
+    "CHANGED_FILES",
+    "VERIFICATION",
+    "OPEN_DECISIONS",
+    "SKILL_BEHAVIOR_NOTES",
+)
 # a key at the start of a line, allowing markdown decoration: `- **SUMMARY**: ...`
 _KEY_LINE = re.compile(
     r"^[ \t>*_`#-]*(" + "|".join(_KEYS) + r")[*_`]*[ \t]*[:=][ \t]*(.*)$", re.MULTILINE
@@ -55,6 +63,7 @@ class ResultClaim:
     changed_files: tuple[str, ...]
     verification: str
     open_decisions: tuple[str, ...]
+    skill_behavior_notes: tuple[str, ...] = ()  # how the named skills served the work
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +73,7 @@ class ResultClaim:
             "changed_files": list(self.changed_files),
             "verification": self.verification,
             "open_decisions": list(self.open_decisions),
+            "skill_behavior_notes": list(self.skill_behavior_notes),
         }
 
 
@@ -76,8 +86,9 @@ def build_prompt(
     round_index: int,
     max_rounds: int,
     previous: Verdict | None = None,
+    skills: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The whole instruction a worker CLI gets for one round."""
+    """The whole instruction a worker CLI gets for one round; `skills`: (name, description)."""
     dod = task.definition_of_done
     owned = "\n".join(f"- `{path}`" for path in task.allowlist)
     parts = [
@@ -104,10 +115,12 @@ def build_prompt(
             "## Context (read-only)\nRead these before you start:\n"
             + "\n".join(f"- `{path}`" for path in task.read_context)
         )
+    if skills:
+        parts.append(_skills_section(skills))
     if round_index > 1:
         parts.append(_previous_round(round_index, max_rounds, previous))
     parts.append(
-        "## Final block\nEnd your final message with these five lines (a value may "
+        "## Final block\nEnd your final message with these lines (a value may "
         "continue on the lines after its key):\n"
         "```\n"
         "RESULT_STATUS: SUCCESS | PARTIAL | BLOCKED_NEEDS_DECISION | FAILED\n"
@@ -115,7 +128,12 @@ def build_prompt(
         "CHANGED_FILES: comma-separated repo-relative paths, or none\n"
         "VERIFICATION: what you ran to check and what it showed\n"
         "OPEN_DECISIONS: what a person must decide, or none\n"
-        "```\n"
+        + (
+            "SKILL_BEHAVIOR_NOTES: where a skill helped, misled or was missing, or none\n"
+            if skills
+            else ""
+        )
+        + "```\n"
         "SUCCESS only if the acceptance command passes with your changes. PARTIAL if useful "
         "work landed but named follow-up remains. BLOCKED_NEEDS_DECISION if a real user or "
         "environment decision is required (credentials, paid services, changes outside the "
@@ -124,6 +142,17 @@ def build_prompt(
         "its own evidence (the workspace diff and the acceptance command)."
     )
     return "\n\n".join(parts) + "\n"
+
+
+def _skills_section(skills: Sequence[tuple[str, str]]) -> str:
+    listed = "\n".join(f"- `{name}`: {description}" for name, description in skills)
+    return (
+        "## Skills\nUse these named skills; they are installed in your CLI's own skills "
+        "directory, read-only (never edit a skill's files: the runner reports any change):\n"
+        + listed
+        + "\nIn the final block, SKILL_BEHAVIOR_NOTES says where a skill helped, misled or "
+        "was missing (or none)."
+    )
 
 
 def _previous_round(round_index: int, max_rounds: int, previous: Verdict | None) -> str:
@@ -164,6 +193,7 @@ def parse_claim(text: str) -> ResultClaim | None:
         changed_files=_paths(values.get("CHANGED_FILES", "")),
         verification=values.get("VERIFICATION", ""),
         open_decisions=_items(values.get("OPEN_DECISIONS", "")),
+        skill_behavior_notes=_items(values.get("SKILL_BEHAVIOR_NOTES", "")),
     )
 
 

@@ -21,10 +21,12 @@ from pydantic import (
     ValidationError,
 )
 
+import code_runner.task.paths as paths
 from code_runner.errors import CodeRunnerError, SpecError
 from code_runner.problems import describe_all, one_line, read_mapping_file, short, show
 from code_runner.repo import git
 from code_runner.sandbox import ResourceLimits
+from code_runner.task.skills import skill_problems
 from code_runner.task.spec import (
     MAX_RUN_TIMEOUT_S,
     TaskSpec,
@@ -49,10 +51,12 @@ _FIX: dict[str, str] = {
     f"{MAX_DOD_TIMEOUT_S:.0f} (1 day)",
     "dirty_worktree_policy": "use 'isolated_worktree' (the only supported policy)",
     "allowlist": 'write a list of repo-relative paths, e.g. ["src/app.py", "tests/"]',
+    "skills": 'write a list of skill folders, e.g. [".skills/review", "~/skills/tdd"]',
     "read_context": 'write a list of repo-relative paths, e.g. ["docs/api.md"]',
     "definition_of_done": "write a mapping with `command` and `assertion` "
     "(and optionally `timeout_s`)",
     "sandbox": "use 'auto', 'required' or 'off'",
+    "on_scope": "use 'warn' (report a write outside the allowlist) or 'stop' (end the round)",
     "network": "use true or false",
     "limits": "write a mapping of memory_mb, processes, file_size_mb, cpu_s, tmp_mb, disk_mb",
 }
@@ -96,9 +100,18 @@ def _source_problems(data: Mapping[Any, object], base_dir: Path, check_repo: boo
             roots.append(real_cwd)
         if check_repo:
             problems.extend(_repo_problems(cwd, data.get("base"), roots))
+            problems.extend(_skills_problems(data.get("skills"), cwd))
     if output_dir is not None:
         problems.extend(_output_dir_problems(output_dir, roots))
     return problems
+
+
+def _skills_problems(entries: object, cwd: Path) -> list[str]:
+    """Each named skill read and checked (SKILL.md, its front matter, the size bound)."""
+    if not isinstance(entries, list | tuple) or not all(isinstance(e, str) for e in entries):
+        return []  # reported by the field check
+    usable = [e for e in entries if e.startswith(("/", "~")) or not paths.path_problem(e)]
+    return skill_problems(usable, cwd)
 
 
 def _repo_problems(cwd: Path, base: object, roots: list[Path]) -> list[str]:

@@ -33,6 +33,7 @@ import code_runner.task.paths as paths
 from code_runner.problems import CONTROL_RE, Text, anchored_path, encodable, short
 from code_runner.sandbox import ResourceLimits, SandboxMode
 from code_runner.task.env import DodEnv
+from code_runner.task.skills import MAX_SKILLS
 from code_runner.verify.assertion import DefinitionOfDone
 
 MAX_RUN_TIMEOUT_S = 7 * 86_400.0
@@ -64,6 +65,21 @@ def _repo_path(value: str) -> str:
 def _dedupe_paths(entries: tuple[str, ...]) -> tuple[str, ...]:
     """Drop trailing slashes and repeats; order is kept so the record reads like the spec."""
     return tuple(dict.fromkeys(entry.rstrip("/") for entry in entries))
+
+
+def _skill_path(value: str) -> str:
+    encodable(value)
+    if value.startswith(("/", "~")):
+        if CONTROL_RE.search(value) or "\x00" in value:
+            raise ValueError("contains a control character; remove it")
+        return value
+    return _repo_path(value)
+
+
+def _few_skills(entries: tuple[str, ...]) -> tuple[str, ...]:
+    if len(entries) > MAX_SKILLS:
+        raise ValueError(f"names {len(entries)} skills; name at most {MAX_SKILLS}")
+    return entries
 
 
 def _non_empty_allowlist(entries: tuple[str, ...]) -> tuple[str, ...]:
@@ -125,9 +141,19 @@ def _context_base_dir(info: ValidationInfo) -> Path | None:
 
 
 RepoPath = Annotated[str, Field(strict=True), AfterValidator(_repo_path)]
+SkillPath = Annotated[str, Field(strict=True), AfterValidator(_skill_path)]
 
 
 StrictBool = Annotated[bool, Field(strict=True)]
+
+
+class ScopePolicy(StrEnum):
+    """What a write outside the owned paths does while an agent CLI works: `warn` reports
+    it at once (a `scope_expansion` event); `stop` also ends the round. Either way the
+    audit drops the write."""
+
+    WARN = "warn"
+    STOP = "stop"
 
 
 class DirtyWorktreePolicy(StrEnum):
@@ -183,6 +209,20 @@ class TaskSpec(BaseModel):
     )
     read_context: Annotated[tuple[RepoPath, ...], AfterValidator(_dedupe_paths)] = Field(
         default=(), description="Extra repo-relative files shown to the agent, read-only."
+    )
+    skills: Annotated[
+        tuple[SkillPath, ...], AfterValidator(_dedupe_paths), AfterValidator(_few_skills)
+    ] = Field(
+        default=(),
+        description="Skill folders (each with a SKILL.md whose front matter gives name and "
+        "description) that an agent CLI loads, read-only: a repo-relative folder of the source, "
+        "or an absolute or ~ path of your own.",
+    )
+    on_scope: ScopePolicy = Field(
+        default=ScopePolicy.WARN,
+        description="Agent CLIs: a write outside the allowlist seen during a round is a "
+        "scope_expansion event at once; 'stop' also ends the round, 'warn' lets it go on "
+        "(the audit drops the write either way).",
     )
     dirty_worktree_policy: DirtyWorktreePolicy = Field(
         default=DirtyWorktreePolicy.ISOLATED_WORKTREE,

@@ -18,8 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import code_runner.agents.cli_agents.interactive as interactive
+import code_runner.agents.cli_agents.login as login
 import code_runner.agents.cli_agents.supervisor as supervisor
 import code_runner.agents.cli_agents.tmux as tmux
+import code_runner.agents.cli_agents.watch as watch
 from code_runner import proc
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
@@ -29,7 +32,8 @@ from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
 from code_runner.files import atomic_write_text
 from code_runner.record import RecordPaths
-from code_runner.task import contract
+from code_runner.task import contract, skills
+from code_runner.task.skills import Skill
 from code_runner.tools.base import ToolRunner
 
 PROMPT_PLACEHOLDER = "<prompt: see {path}>"
@@ -47,6 +51,8 @@ class LaunchRequest:
     round_index: int
     env: Mapping[str, str]
     home: Path  # the CLI's own HOME: config dirs go under it
+    skills: tuple[Skill, ...] = ()  # named skills: the flavor installs them in its home
+    result_file: Path | None = None  # interactive: where the worker writes its final block
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class Invocation:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     secret_names: tuple[str, ...] = ()  # variables whose values are secrets
+    skills_dir: Path | None = None  # where the flavor installed the named skills
+    login_copy: Path | None = None  # auth=inherit: the login file's copy, removed after
 
     def shown(self, prompt: str, prompt_file: Path) -> list[str]:
         secrets = [self.env[name] for name in self.secret_names if self.env.get(name)]
@@ -114,7 +122,10 @@ def vendor_agent(
     """A Codex or Claude Code backend, after its program and key pass preflight."""
     settings = named_settings(kind, arg, source_dir=source_dir, name=name)
     program = preflight_program(settings)
-    preflight_key(settings)
+    if settings.auth == login.AuthMode.INHERIT:
+        login.preflight_login(kind)
+    else:
+        preflight_key(settings)
     return CliAgent(flavor, settings, program=program)
 
 
@@ -145,9 +156,21 @@ class CliAgent:
                 "without tmux=true or CODE_RUNNER_TMUX=1).",
             )
 
-    def with_tmux(self, enabled: bool) -> CliAgent:
-        """The same agent, supervised in tmux (or not)."""
-        return CliAgent(self.flavor, replace(self.settings, tmux=enabled), program=self.program)
+    @property
+    def loads_skills(self) -> bool:
+        """Named skills are installed for this CLI (Codex and Claude Code load them)."""
+        return self.settings.kind in (CliKind.CODEX, CliKind.CLAUDE)
+
+    def with_tmux(self, enabled: bool, *, interactive: bool = False) -> CliAgent:
+        """The same agent, supervised in tmux (or not); `interactive`: Claude Code's UI."""
+        if interactive and (not enabled or self.settings.kind is not CliKind.CLAUDE):
+            raise UsageError(
+                "--interactive runs Claude Code's interactive UI in a tmux pane: it needs "
+                f"--tmux and a claude-cli backend (this one is {self.name}).",
+                fix="add --tmux and use a claude-cli backend, or drop --interactive.",
+            )
+        changed = replace(self.settings, tmux=enabled, interactive=interactive)
+        return CliAgent(self.flavor, changed, program=self.program)
 
     def describe(self) -> dict[str, Any]:
         """For run.json: what runs, how it is confined, where a person can watch it."""
@@ -157,6 +180,9 @@ class CliAgent:
             "command_line": self._last_command,
             "settings": self.settings.public(),
             "sandbox": self.flavor.posture(self.settings),
+            "auth": login.describe(
+                self.settings.kind, login.AuthMode(self.settings.auth), self.settings.api_key_env
+            ),
             "supervision": {
                 "tmux": self.settings.tmux,
                 "idle_timeout_s": self.settings.idle_timeout_s,
@@ -178,7 +204,11 @@ class CliAgent:
             round_index=index,
             max_rounds=ctx.max_rounds,
             previous=ctx.previous_verdict,
+            skills=[(skill.name, skill.description) for skill in ctx.skills],
         )
+        result_file = self._result_file(agent_dir, index)
+        if result_file is not None:
+            prompt = prompt.rstrip("\n") + "\n\n" + interactive.prompt_section(result_file) + "\n"
         prompt_file = agent_dir / f"round-{index}.prompt.md"
         atomic_write_text(prompt_file, prompt, durable=False)
         env = _base_env(ctx, agent_dir)
@@ -192,8 +222,17 @@ class CliAgent:
             round_index=index,
             env=env,
             home=home,
+            skills=ctx.skills,
+            result_file=result_file,
         )
         invocation = self.flavor.invocation(self.settings, request)
+        if invocation.skills_dir is not None:
+            events.emit(
+                EventKind.SKILLS_INSTALLED,
+                backend=self.name,
+                skills_dir=str(invocation.skills_dir),
+                skills=[{"name": s.name, "sha256": s.sha256} for s in ctx.skills],
+            )
         shown = invocation.shown(prompt, prompt_file)
         self._last_command = shown
         _reclaim_work_tree(ctx.workspace_dir)
@@ -201,10 +240,13 @@ class CliAgent:
             argv=invocation.argv,
             cwd=ctx.workspace_dir,
             env=invocation.env,
-            stdout_path=agent_dir / f"round-{index}.stdout.jsonl",
+            # interactive: the UI's screen (the pane's log) is the output that grows
+            stdout_path=paths.terminal_log
+            if result_file
+            else agent_dir / f"round-{index}.stdout.jsonl",
             stderr_path=agent_dir / f"round-{index}.stderr.log",
         )
-        plan = self._tmux_plan(paths, index, shown) if self.settings.tmux else None
+        plan = self._tmux_plan(paths, index, shown, result_file) if self.settings.tmux else None
         events.emit(
             EventKind.CLI_STARTED,
             backend=self.name,
@@ -215,22 +257,65 @@ class CliAgent:
             stderr=str(command.stderr_path),
             env_names=sorted(invocation.env),
         )
-        translator = self.flavor.translator(self.settings, events)
-        done = supervisor.supervise(
-            command,
-            self._limits(ctx),
-            translator,
-            stop_requested=paths.stop_request.exists,
-            tmux=plan,
+        counted = watch.FailureCounter(events, self.settings.repeat_failures)
+        translator: Translator = (
+            interactive.InteractiveTranslator(counted, result_file)
+            if result_file
+            else self.flavor.translator(self.settings, counted)
         )
+        watcher = self._watcher(ctx, events)
+        started = time.monotonic()
+        try:
+            done = supervisor.supervise(
+                command,
+                self._limits(ctx),
+                translator,
+                stop_requested=paths.stop_request.exists,
+                tmux=plan,
+                watchers=(watcher,),
+            )
+        finally:
+            login.remove_login(invocation.login_copy)
+        watcher.finish(time.monotonic() - started)
         state = translator.state
         events.emit(
-            EventKind.CLI_FINISHED, backend=self.name, **done.to_dict(), stream=state.to_dict()
+            EventKind.CLI_FINISHED,
+            backend=self.name,
+            **done.to_dict(),
+            stream=state.to_dict(),
+            tree_watch=watcher.summary(),
         )
+        if invocation.skills_dir is not None:
+            changed = skills.changed_files(ctx.skills, invocation.skills_dir)
+            if changed:
+                events.emit(
+                    EventKind.SKILL_CHANGED,
+                    backend=self.name,
+                    files=changed,
+                    where="installed copy",
+                    skills_dir=str(invocation.skills_dir),
+                )
         outcome = _outcome(done, translator)
         if outcome.stop is AgentStop.BLOCKED and done.blocker is not None:
             events.emit(EventKind.AGENT_BLOCKED, backend=self.name, **done.blocker.to_dict())
         return outcome
+
+    def _watcher(self, ctx: RoundContext, events: EventSink) -> watch.TreeWatch:
+        """The live watch of the work tree for one round (see `watch`)."""
+        limits = watch.WatchLimits(
+            no_progress_s=self.settings.no_progress_s,
+            repeat_failures=self.settings.repeat_failures,
+            stop_on_scope=ctx.task.on_scope == "stop",
+        )
+        watcher = watch.TreeWatch(
+            ctx.workspace_dir,
+            ctx.task.allowlist_policy,
+            events,
+            limits,
+            ignored=watch.git_ignored(ctx.workspace_dir),
+        )
+        watcher.start()
+        return watcher
 
     def _limits(self, ctx: RoundContext) -> supervisor.SupervisionLimits:
         timeout = self.settings.timeout_s or _MAX_ROUND_S
@@ -242,7 +327,17 @@ class CliAgent:
             grace_s=self.settings.grace_s,
         )
 
-    def _tmux_plan(self, paths: RecordPaths, index: int, shown: list[str]) -> supervisor.TmuxPlan:
+    def _result_file(self, agent_dir: Path, index: int) -> Path | None:
+        """Interactive rounds: the sentinel file the worker's final block goes to (fresh)."""
+        if not (self.settings.interactive and self.settings.tmux):
+            return None
+        path = agent_dir / f"round-{index}.result.txt"
+        path.unlink(missing_ok=True)
+        return path
+
+    def _tmux_plan(
+        self, paths: RecordPaths, index: int, shown: list[str], result_file: Path | None = None
+    ) -> supervisor.TmuxPlan:
         agent_dir = paths.agent_dir
         socket = tmux.socket_path(self._key)
         run_dir = paths.output_dir
@@ -254,20 +349,32 @@ class CliAgent:
             stderr=agent_dir / f"round-{index}.stderr.log",
             terminal_log=paths.terminal_log,
             info=paths.tmux_info,
+            result_file=result_file,
         )
+        how = "attach to steer" if result_file else "watching only"
         banner = (
-            f"code-runner: {self.name}, round {index} -- watching only; "
+            f"code-runner: {self.name}, round {index} -- {how}; "
             f"stop the run with: code-runner stop {run_dir}"
         )
         info = {"round": index, "backend": self.name, "command_line": shown}
         return supervisor.TmuxPlan(socket=socket, files=files, banner=banner, info=info)
 
 
-def supervise_in_tmux(agent: Any, *, enabled: bool) -> Any:
+def install_skills(request: LaunchRequest, cli_home: Path) -> Path | None:
+    """The named skills, read-only in `cli_home/skills/`, freshly each round (a copy a
+    worker changed never reaches the next round); None when the task names none."""
+    if not request.skills:
+        return None
+    target = cli_home / "skills"
+    skills.materialize(request.skills, target)
+    return target
+
+
+def supervise_in_tmux(agent: Any, *, enabled: bool, interactive: bool = False) -> Any:
     """`agent` with tmux supervision switched on or off (`code-runner run --tmux`)."""
     if isinstance(agent, CliAgent):
-        return agent.with_tmux(enabled)
-    if enabled:
+        return agent.with_tmux(enabled, interactive=interactive)
+    if enabled or interactive:
         raise UsageError(
             f"--tmux runs an agent CLI in a tmux pane, and backend {getattr(agent, 'name', '?')!r} "
             "is not one (it runs inside code-runner).",
@@ -354,6 +461,7 @@ __all__ = [
     "Invocation",
     "LaunchRequest",
     "find_program",
+    "install_skills",
     "preflight_key",
     "preflight_program",
     "supervise_in_tmux",

@@ -15,12 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+import code_runner.agents.cli_agents.interactive as interactive
 from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
     LaunchRequest,
+    install_skills,
     vendor_agent,
 )
+from code_runner.agents.cli_agents.login import AuthMode, copy_login
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
 from code_runner.agents.cli_agents.translate import ClaudeTranslator, Translator
 from code_runner.events import EventSink
@@ -44,11 +47,46 @@ class ClaudeFlavor:
         secret_names: tuple[str, ...] = ()
         if settings.base_url:
             cli_env["ANTHROPIC_BASE_URL"] = settings.base_url
-        if settings.api_key_env:
+        login_copy = None
+        if settings.auth == AuthMode.INHERIT:
+            # the user's own sign-in: its .credentials.json, alone, in the hermetic config dir
+            login_copy = copy_login(CliKind.CLAUDE, config_dir)
+        elif settings.api_key_env:
             cli_env["ANTHROPIC_API_KEY"] = os.environ.get(settings.api_key_env, "")
             secret_names = ("ANTHROPIC_API_KEY",)
-        tools = ",".join(settings.tools)
-        argv = [
+        # the Skill tool is how Claude Code lists and loads skills: on when skills are named
+        skill_tool = ("Skill",) if request.skills and "Skill" not in settings.tools else ()
+        tools = ",".join((*settings.tools, *skill_tool))
+        if request.result_file is not None:  # `--tmux --interactive`: the UI, not -p
+            interactive.seed_config(config_dir, request.workspace, cli_env.get("ANTHROPIC_API_KEY"))
+            cli_env[interactive.RESULT_FILE_ENV] = str(request.result_file)
+            cli_env["TERM"] = "xterm-256color"
+            cli_env.pop("NO_COLOR", None)
+            argv = [
+                request.program,
+                "--setting-sources",
+                "user",
+                "--strict-mcp-config",
+                *(["--model", settings.model] if settings.model else []),
+                "--tools",
+                tools,
+                "--allowedTools",
+                tools,
+                "--permission-mode",
+                "acceptEdits",
+                "--",
+                request.prompt,
+            ]
+        else:
+            argv = self._print_argv(settings, request, tools)
+        skills_dir = install_skills(request, config_dir)
+        return Invocation(
+            tuple(argv), cli_env, secret_names, skills_dir=skills_dir, login_copy=login_copy
+        )
+
+    @staticmethod
+    def _print_argv(settings: CliSettings, request: LaunchRequest, tools: str) -> list[str]:
+        return [
             request.program,
             "-p",
             "--output-format",
@@ -70,7 +108,6 @@ class ClaudeFlavor:
             "--",
             request.prompt,
         ]
-        return Invocation(tuple(argv), cli_env, secret_names)
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return ClaudeTranslator(events)
@@ -87,7 +124,9 @@ class ClaudeFlavor:
             "snapshot are the guard"
             if "Bash" in settings.tools
             else None,
-            "api_key": f"${settings.api_key_env}" if settings.api_key_env else None,
+            "api_key": f"${settings.api_key_env}"
+            if settings.api_key_env and settings.auth == AuthMode.KEY
+            else None,
         }
 
 

@@ -3,7 +3,8 @@
 The command line is the one verified against local servers (DESIGN.md): JSON events,
 no session files, no user config or rules, a provider of our own speaking the Responses
 API with bounded retries, approvals never asked, Codex's `workspace-write` sandbox by
-default, plugins and unbounded connection retries disabled, analytics off. `CODEX_HOME`
+default (with /tmp left out of its writable roots: only the work tree and the run's own
+TMPDIR are writable), plugins and unbounded connection retries disabled, analytics off. `CODEX_HOME`
 is a fresh directory under the workspace's private HOME; `TMPDIR` (the workspace's tmp
 dir) does not contain it. stdin is /dev/null (Codex reads stdin when it is not a TTY).
 """
@@ -20,8 +21,10 @@ from code_runner.agents.cli_agents.agent import (
     CliAgent,
     Invocation,
     LaunchRequest,
+    install_skills,
     vendor_agent,
 )
+from code_runner.agents.cli_agents.login import AuthMode, copy_login
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
 from code_runner.agents.cli_agents.translate import CodexTranslator, Translator
 from code_runner.events import EventSink
@@ -54,7 +57,12 @@ class CodexFlavor:
         }
         secret_names: tuple[str, ...] = ()
         cli_env = {**request.env, "CODEX_HOME": str(codex_home), "NO_COLOR": "1"}
-        if settings.api_key_env:
+        login_copy = None
+        if settings.auth == AuthMode.INHERIT:
+            # the user's own `codex login`: its auth.json, alone, in the hermetic home
+            provider["requires_openai_auth"] = True
+            login_copy = copy_login(CliKind.CODEX, codex_home)
+        elif settings.api_key_env:
             provider["env_key"] = settings.api_key_env
             cli_env[settings.api_key_env] = os.environ.get(settings.api_key_env, "")
             secret_names = (settings.api_key_env,)
@@ -79,6 +87,9 @@ class CodexFlavor:
             'approval_policy="never"',
             "--sandbox",
             settings.sandbox,
+            # /tmp is not the run's: a source repo or a skill folder there stays read-only
+            "-c",
+            "sandbox_workspace_write.exclude_slash_tmp=true",
             "--disable",
             "plugins",
             "--disable",
@@ -88,7 +99,10 @@ class CodexFlavor:
             "--",
             request.prompt,
         ]
-        return Invocation(tuple(argv), cli_env, secret_names)
+        skills_dir = install_skills(request, codex_home)
+        return Invocation(
+            tuple(argv), cli_env, secret_names, skills_dir=skills_dir, login_copy=login_copy
+        )
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return CodexTranslator(events)
@@ -101,7 +115,9 @@ class CodexFlavor:
             if settings.sandbox != "danger-full-access"
             else "unrestricted",
             "config": "hermetic (own CODEX_HOME, user config and rules ignored, ephemeral)",
-            "api_key": f"${settings.api_key_env}" if settings.api_key_env else None,
+            "api_key": f"${settings.api_key_env}"
+            if settings.api_key_env and settings.auth == AuthMode.KEY
+            else None,
         }
 
 

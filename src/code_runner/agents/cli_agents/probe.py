@@ -1,4 +1,5 @@
-"""What `code-runner doctor` says about the agent CLIs: found where, which version.
+"""What `code-runner doctor` says about the agent CLIs: found where, which version, and
+which login a run would use (a key variable, or the user's own sign-in with auth=inherit).
 
 The program is the one a run would use: `$CODE_RUNNER_CODEX_BIN` / `$CODE_RUNNER_CLAUDE_BIN`
 when set, else `codex` / `claude` on PATH.
@@ -11,7 +12,9 @@ from typing import Any
 
 from code_runner import proc
 from code_runner.agents.cli_agents.agent import find_program
-from code_runner.agents.cli_agents.settings import CliKind
+from code_runner.agents.cli_agents.login import AuthMode, login_report
+from code_runner.agents.cli_agents.settings import CliKind, resolve
+from code_runner.errors import CodeRunnerError
 from code_runner.repo import git
 
 _CLIS = {
@@ -23,6 +26,15 @@ _CLIS = {
     ),
 }
 _VERSION_TIMEOUT_S = 20.0
+
+
+def _login(kind: CliKind) -> dict[str, Any]:
+    """The login a run would use with the default settings (env and built-ins)."""
+    try:
+        settings = resolve(kind, None)
+    except CodeRunnerError as exc:
+        return {"uses": None, "ready": False, "problem": exc.message}
+    return login_report(kind, AuthMode(settings.auth), settings.api_key_env)
 
 
 def cli_report() -> dict[str, dict[str, Any]]:
@@ -38,6 +50,7 @@ def cli_report() -> dict[str, dict[str, Any]]:
             "version": None,
             "install": install,
             "override": variable,
+            "login": _login(kind),
         }
         if path is not None:
             env = {**git.hardened_env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}

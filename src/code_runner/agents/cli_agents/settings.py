@@ -4,6 +4,7 @@
     codex-cli:model=gpt-5 base_url=http://127.0.0.1:8000/v1 api_key_env=MY_KEY
     claude-cli:local                            [backends.local] of code-runner.toml
     claude-cli:backend=local max_turns=12 tools=Read,Edit,Bash tmux=true
+    codex-cli:auth=inherit                      your own `codex login`, not a key
     command:idle_timeout_s=60 -- python3 my_agent.py {prompt_file}
     command:./agent.sh                          the prompt in $CODE_RUNNER_PROMPT_FILE
 
@@ -38,6 +39,7 @@ DEFAULT_IDLE_TIMEOUT_S = 300.0
 DEFAULT_MAX_TURNS = 40
 DEFAULT_CLAUDE_TOOLS = ("Read", "Edit", "Write", "Glob", "Grep", "Bash")
 CODEX_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
+AUTH_MODES = ("key", "inherit")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _KEY_RE = re.compile(r"^[a-z_]+=")
@@ -77,6 +79,10 @@ class CliSettings:
     grace_s: float = 2.0
     tmux: bool = False
     final_event: str | None = None  # `command`: a JSON line {"type": THIS} marks completion
+    auth: str = "key"  # "key": $api_key_env; "inherit": the user's login file (`login`)
+    interactive: bool = False  # claude-cli in tmux: the interactive UI (`interactive`)
+    no_progress_s: float = 600.0  # output with no change to the tree this long: advisory
+    repeat_failures: int = 3  # the same command failing this often: advisory
 
     def public(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -100,6 +106,10 @@ _OPTION_KEYS = {
     "timeout_s": "seconds one round of the CLI may take",
     "tmux": "true to run the CLI in a tmux pane (attachable)",
     "final_event": "command: JSON `type` of the line that marks completion",
+    "auth": "key (the api_key_env variable) | inherit (your own CLI login file)",
+    "no_progress_s": "seconds of output with no change to the work tree before a "
+    "no_progress event (advisory)",
+    "repeat_failures": "times the same command may fail before a repeating_failure event",
 }
 
 
@@ -192,11 +202,21 @@ def _from_config(kind: CliKind, name: str, source_dir: Path | None) -> dict[str,
         "bin",
         "command",
         "final_event",
+        "auth",
+        "no_progress_s",
+        "repeat_failures",
     ):
         value = getattr(entry, key, None)
         if value is not None:
             found[key] = value
     return found
+
+
+def _auth(kind: CliKind, values: Mapping[str, Any]) -> str:
+    auth = str(values.get("auth", "key"))
+    if auth not in AUTH_MODES or (auth == "inherit" and kind is CliKind.COMMAND):
+        raise _usage(kind, f"auth={auth!r} is not one of key, inherit (inherit: codex, claude)")
+    return auth
 
 
 def _configured(name: str, source_dir: Path | None) -> bool:
@@ -251,6 +271,7 @@ def resolve(
     key_env = values.get("api_key_env", _DEFAULT_KEY_ENV.get(kind))
     if key_env and not _ENV_NAME_RE.match(str(key_env)):
         raise _usage(kind, f"api_key_env={key_env!r} is not a variable name")
+    auth = _auth(kind, values)
     tmux_value = values.get("tmux", env.get(TMUX_ENV, ""))
     timeout = values.get("timeout_s")
     return CliSettings(
@@ -273,6 +294,13 @@ def resolve(
         timeout_s=_number(kind, "timeout_s", str(timeout), 1, 7 * 86_400) if timeout else None,
         tmux=tmux_value if isinstance(tmux_value, bool) else _flag(kind, "tmux", str(tmux_value)),
         final_event=str(values["final_event"]) if values.get("final_event") else None,
+        auth=auth,
+        no_progress_s=_number(
+            kind, "no_progress_s", str(values.get("no_progress_s", 600)), 1, 7 * 86_400
+        ),
+        repeat_failures=int(
+            _number(kind, "repeat_failures", str(values.get("repeat_failures", 3)), 2, 1000)
+        ),
     )
 
 

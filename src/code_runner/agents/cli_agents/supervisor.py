@@ -21,7 +21,7 @@ import contextlib
 import errno
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -46,6 +46,7 @@ class Ending(StrEnum):
     OUTPUT_LIMIT = "output_limit"
     STOPPED = "stopped"
     START_FAILED = "start_failed"
+    SCOPE_EXPANSION = "scope_expansion"  # a write outside the owned paths, with on_scope: stop
 
 
 @dataclass(frozen=True)
@@ -296,8 +297,12 @@ def supervise(
     *,
     stop_requested: Callable[[], bool] = lambda: False,
     tmux: TmuxPlan | None = None,
+    watchers: Sequence[EndingCheck] = (),
 ) -> Supervised:
-    """Run `command` to one of the endings; the tree is always gone afterwards."""
+    """Run `command` to one of the endings; the tree is always gone afterwards.
+
+    `watchers` are polled with the endings (after a stop request, before the clocks): a
+    live watch of the work tree that reports as it goes and may end the round."""
     started = time.monotonic()
     for path in (command.stdout_path, command.stderr_path):
         files.touch(path)  # never through a link planted at the log's name
@@ -307,6 +312,7 @@ def supervise(
         return _not_started(command, exc, time.monotonic() - started)
     streams = OutputStreams(command, translator)
     checks = ending_checks(limits, translator, streams, stop_requested)
+    checks = (*checks[:3], *watchers, *checks[3:])
     last_growth = started
     try:
         while True:

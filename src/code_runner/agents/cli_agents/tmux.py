@@ -63,11 +63,16 @@ class PaneFiles:
     stderr: Path
     terminal_log: Path
     info: Path
+    result_file: Path | None = None  # interactive: the worker's final block goes here
 
 
-def _launcher(argv: tuple[str, ...], cwd: Path, files: PaneFiles, banner: str) -> str:
+def _launcher(
+    argv: tuple[str, ...], cwd: Path, files: PaneFiles, banner: str, tmux: str = "tmux"
+) -> str:
     q = shlex.quote
     command = " ".join(q(part) for part in argv)
+    if files.result_file is not None:
+        return _interactive_launcher(command, cwd, files, banner, tmux)
     return (
         "#!/bin/bash\n"
         "# code-runner: runs one round of an agent CLI in this tmux pane.\n"
@@ -78,6 +83,26 @@ def _launcher(argv: tuple[str, ...], cwd: Path, files: PaneFiles, banner: str) -
         f"| tee -a {q(str(files.stdout))}\n"
         "code=${PIPESTATUS[0]}\n"
         "wait $! 2>/dev/null\n"
+        f"printf '%s\\n' \"$code\" > {q(str(files.exit_code))}.tmp && "
+        f"mv -f {q(str(files.exit_code))}.tmp {q(str(files.exit_code))}\n"
+    )
+
+
+def _interactive_launcher(command: str, cwd: Path, files: PaneFiles, banner: str, tmux: str) -> str:
+    """The CLI on the pane's own terminal (its UI), ended through its sentinel file."""
+    from code_runner.agents.cli_agents.interactive import launcher_tail
+
+    assert files.result_file is not None
+    q = shlex.quote
+    before, after = launcher_tail(tmux, files.result_file)
+    return (
+        "#!/bin/bash\n"
+        "# code-runner: runs one interactive round of an agent CLI in this tmux pane.\n"
+        f"until [ -e {q(str(files.go))} ]; do sleep 0.05; done\n"
+        f"cd -- {q(str(cwd))} || exit 126\n"
+        f"printf '%s\\n' {q(banner)}\n"
+        f"{before}{command}\n"
+        f"{after}"
         f"printf '%s\\n' \"$code\" > {q(str(files.exit_code))}.tmp && "
         f"mv -f {q(str(files.exit_code))}.tmp {q(str(files.exit_code))}\n"
     )
@@ -122,7 +147,7 @@ class TmuxPane:
         for path in (files.go, files.exit_code, socket):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        atomic_write_text(files.script, _launcher(argv, cwd, files, banner))
+        atomic_write_text(files.script, _launcher(argv, cwd, files, banner, tmux))
         for name in (files.stdout, files.stderr, files.terminal_log):
             touch(name)  # the shell appends by name: a link planted there is replaced first
         pane = cls(tmux, socket, files, pane_env, token)
