@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import code_runner.runner.leases as run_leases
-from code_runner import __version__, apply, clock, files, proc, workspace
-from code_runner.errors import ApplyRefused, CodeRunnerError, DiskFull, Interrupted, SpecError
+import code_runner.runner.skills as run_skills
+from code_runner import __version__, apply, clock, proc, workspace
+from code_runner.errors import ApplyRefused, CodeRunnerError, DiskFull, Interrupted
 from code_runner.events import EventKind
 from code_runner.proc import signals_as_interrupt
 from code_runner.record import (
@@ -28,16 +29,15 @@ from code_runner.record import (
     RunRecord,
     RunResult,
     RunState,
-    skill_review,
     views,
 )
 from code_runner.repo import snapshot
 from code_runner.runner.preflight import Preflight, new_run_id
 from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop, apply_ending
 from code_runner.sandbox import SandboxMode, SandboxUser, Session, new_identity, open_session
-from code_runner.task import TaskSpec, contract, spec_to_request
+from code_runner.task import contract, spec_to_request
 from code_runner.task.paths import Allowlist
-from code_runner.task.skills import Skill, SkillProblem, load_skills
+from code_runner.task.skills import Skill
 
 _FINAL_STATES = {
     ResultStatus.PASSED: RunState.PASSED,
@@ -131,11 +131,8 @@ class TaskRun:
             if decision is not None
             else {"kind": "none", "mode": "off", "reason": "no sandbox was considered"}
         )
-        if self.sandbox is not None:
-            posture.update(self.sandbox.posture())
-        else:
-            posture["network"] = "unrestricted (no sandbox)"
-        return posture
+        unsandboxed = {"network": "unrestricted (no sandbox)"}
+        return posture | (self.sandbox.posture() if self.sandbox is not None else unsandboxed)
 
     # --- export ------------------------------------------------------------------------
 
@@ -332,7 +329,7 @@ class TaskRun:
         decision = self.pre.sandbox
         if decision is not None and decision.use and os.geteuid() == 0:
             self.identity = new_identity()  # the checkout is the sandbox's from the start
-        self.skills = _read_skills(spec)
+        self.skills = run_skills.read_skills(spec)
         self.ws = workspace.create(
             self.pre.source,
             self.pre.base,
@@ -382,7 +379,7 @@ class TaskRun:
         assessed = contract.assess(response, result.evidence())
         result = result.updated(result_contract=assessed)
         record.emit(EventKind.RESULT_CONTRACT, **assessed)
-        result = self._review_skills(result)
+        result = run_skills.with_review(result, self.skills, record.paths.events)
         record.write_result(result)
         self._write_reports(result)
         status = self.ending.status
@@ -390,16 +387,6 @@ class TaskRun:
         record.transition(final, step="done", status=status.value)
         record.emit(EventKind.RUN_FINISHED, status=status.value, reason=self.ending.reason.value)
         return result
-
-    def _review_skills(self, result: RunResult) -> RunResult:
-        """The skills' recommendation, into result.json (and skill-review.md after)."""
-        try:
-            events = files.read_jsonl(self.record.paths.events)
-        except OSError:
-            events = []
-        skills = [skill.to_dict() for skill in self.skills]
-        found = skill_review.review(result, skills, [e for e in events if isinstance(e, dict)])
-        return result.updated(skill_review=found.to_dict())
 
     def _write_run_info(self, status: str, os_sandbox: object = None) -> None:
         info = views.run_info(
@@ -473,14 +460,6 @@ class TaskRun:
                 "record_files": self.record.paths.record_files(),
             }
         )
-
-
-def _read_skills(spec: TaskSpec) -> tuple[Skill, ...]:
-    """The named skills as this run uses them (checked when the spec was loaded)."""
-    try:
-        return load_skills(spec.skills, spec.cwd)
-    except SkillProblem as exc:
-        raise SpecError("skills", [f"skills: {exc}"]) from None
 
 
 def run_task(
