@@ -35,12 +35,20 @@ def real_dir(path: Path) -> Path:
     return path
 
 
+OWN_FDS = Path("/proc/self/fd")
+
+
 def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:
     """A descriptor for the regular file `path`, opened with `flags` (`O_WRONLY`, `O_APPEND`,
     `O_TRUNC`; `O_CREAT` is implied) relative to its directory, never through a link.
 
     The directory is taken as it is (the run's own subdirectories are made by `real_dir`,
-    which replaces a link planted at their names). Raises OSError as `os.open` does."""
+    which replaces a link planted at their names). Raises OSError as `os.open` does.
+
+    `/proc/self/fd/N` is this process's own descriptor (`proc.run`'s anonymous output
+    files): nobody else can plant anything there, and it is opened through /proc."""
+    if path.parent == OWN_FDS:
+        return os.open(path, flags | os.O_CLOEXEC)
     path.parent.mkdir(parents=True, exist_ok=True)
     dir_fd = os.open(path.parent, _DIR_FLAGS)
     try:
