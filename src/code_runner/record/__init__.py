@@ -8,7 +8,7 @@ one way to read it; `writer.RunRecord` is the only writer (events, status, round
 """
 
 from code_runner.record.paths import RecordPaths, hunk_markdown
-from code_runner.record.result import RunResult, load_result
+from code_runner.record.result import RunResult, RunUsage, load_result, run_usage
 from code_runner.record.state import (
     TERMINAL_STATES,
     TRANSITIONS,
@@ -28,6 +28,8 @@ __all__ = [
     "RunRecord",
     "RunResult",
     "RunState",
+    "RunUsage",
     "hunk_markdown",
     "load_result",
+    "run_usage",
 ]
