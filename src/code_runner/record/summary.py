@@ -39,6 +39,9 @@ class RunLine:
     mismatches: int
     claimed: str | None
     started_at: str
+    tokens: int | None = None  # model tokens of the run (None: the backend reported none)
+    cost_usd: float | None = None  # None: unknown (no price, or usage not reported)
+    apply: str = ""  # what became of the patch: committed, applied, rolled back, rejected
 
     @property
     def backend_name(self) -> str:
@@ -59,6 +62,9 @@ class RunLine:
             "mismatches": self.mismatches,
             "claimed_status": self.claimed,
             "started_at": self.started_at,
+            "tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+            "apply": self.apply,
         }
 
 
@@ -101,7 +107,25 @@ def _line(path: Path, result: RunResult) -> RunLine:
         mismatches=len(contract.mismatches) if contract else 0,
         claimed=contract.claimed_status if contract else None,
         started_at=result.started_at,
+        tokens=result.usage.total_tokens if result.usage else None,
+        cost_usd=result.usage.cost_usd if result.usage else None,
+        apply=apply_word(result),
     )
+
+
+def apply_word(result: RunResult) -> str:
+    """One word for what became of a run's patch in the source ("" when nothing did)."""
+    if result.decision == "rejected":
+        return "rejected"
+    if result.source_commit:
+        return "committed"
+    if result.applied_in_source:
+        return "applied"
+    if result.source_rollback_applied:
+        return "rolled back"
+    if result.source_apply_error:
+        return "apply refused"
+    return ""
 
 
 def collect(root: Path, *, since: datetime | None = None) -> tuple[list[RunLine], int]:
@@ -144,7 +168,14 @@ def totals(lines: list[RunLine]) -> dict[str, Any]:
         "runs_with_mismatch": sum(1 for line in lines if line.mismatches),
         "mismatches": sum(line.mismatches for line in lines),
         "duration_s": round(sum(line.duration_s for line in lines), 3),
+        "tokens": sum(line.tokens or 0 for line in lines),
+        # the known costs; runs whose cost is unknown are counted, never taken as $0
+        "cost_usd": round(sum(line.cost_usd or 0.0 for line in lines), 6),
+        "runs_cost_unknown": sum(
+            1 for line in lines if line.cost_usd is None and line.tokens is not None
+        ),
+        "applied": dict(sorted(Counter(line.apply for line in lines if line.apply).items())),
     }
 
 
-__all__ = ["RunLine", "collect", "parse_since", "totals"]
+__all__ = ["RunLine", "apply_word", "collect", "parse_since", "totals"]
