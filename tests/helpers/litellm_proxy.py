@@ -77,7 +77,7 @@ def _wait_until_up(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
         if proc.poll() is not None:
             pytest.fail(f"the LiteLLM proxy exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - loopback
+            with urllib.request.urlopen(url, timeout=2):
                 return
         except (urllib.error.URLError, OSError):
             time.sleep(0.3)
@@ -103,7 +103,7 @@ def litellm_proxy(upstream: str, work: Path, *, prices: tuple[float, float]) -> 
     env.pop("DATABASE_URL", None)
     argv = [program, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     with log.open("wb") as sink:
-        proc = subprocess.Popen(  # noqa: S603 - the pinned proxy, on loopback
+        proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=sink,
