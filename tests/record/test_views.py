@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,7 +53,7 @@ def fences_balanced(markdown: str) -> bool:
 
 @pytest.mark.parametrize("rounds", [[[]], [[write("calc.py", FIXED_BOTH)]]], ids=["empty", "fix"])
 def test_eval_md_code_fences_are_balanced_with_or_without_a_patch(
-    tmp_path: Path, rounds: list[list[object]]
+    tmp_path: Path, rounds: list[list[dict[str, Any]]]
 ) -> None:
     source = calc_repo(tmp_path)
     spec_path = write_task(tmp_path, source, rounds)
