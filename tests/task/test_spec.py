@@ -468,7 +468,8 @@ def test_dod_command_problems(data: dict[str, Any], command: str, needle: str) -
     ("assertion", "needle"),
     [
         ("", "is empty"),
-        ("exit_code = 0", "write `exit_code == N` or `exit_code != N`"),
+        ("exit_code = 0", "did you mean `exit_code == 0`?"),
+        ("exit_code >= 0", "write `exit_code == N` or `exit_code != N`"),
         ("stdout_regex:(", "not a valid Python regular expression"),
         ("stderr_regex:*x", "not a valid Python regular expression"),
     ],
