@@ -3,7 +3,8 @@
 A refused key is not always a 401: a LiteLLM proxy without a database answers a key it does
 not know with HTTP 400 `{"error": {"message": "No connected db.", "type":
 "no_db_connection"}}`; OpenAI says `invalid_api_key`, Anthropic `authentication_error`,
-others `Unauthorized`, `invalid token` or `permission denied` under 400, 401, 403, 404 or 407.
+others `Unauthorized` or `invalid token` under 400, 404 or 422. Every 401, 403 and 407 is one;
+words such as "forbidden" alone are not, under another status (a tool name can be forbidden).
 A refusal is never retried: the same key gets the same answer.
 """
 
@@ -19,11 +20,10 @@ _STATUSES = frozenset({400, 401, 403, 404, 407, 422})
 # words that, in an error body, say the caller's credentials are the problem
 _REFUSAL = re.compile(
     r"no[ _]connected[ _]db|no_db_connection"
-    r"|invalid[ _-]?(api[ _-]?)?key|invalid_api_key|incorrect api key"
+    r"|invalid[ _-]?(api[ _-]?)?key\b|invalid_api_key|incorrect api key"
     r"|api key (is )?(not valid|invalid|expired|missing)"
     r"|authenticat(ion|e)[ _](error|failed|required)|authentication_error|not authenticated"
     r"|unauthori[sz]ed|invalid[ _](proxy[ _]server[ _])?token|token (is )?(invalid|expired)"
-    r"|permission[ _]denied|permission_error|access[ _]denied|forbidden"
     r"|virtual key|key (not found|is blocked|has expired)|expired[ _]key",
     re.IGNORECASE,
 )
