@@ -33,7 +33,7 @@ def priced_run(
         server.add(Turn(tool_calls=[write("calc.py", FIXED_BOTH)]), Turn(content="Fixed."))
         run = model_task(tmp_path, server, monkeypatch, backend_settings=PRICES)
         assert run.run() == 0
-    capsys.readouterr()
+    assert f"usage:  2 model calls, 240 tokens (200 in, 40 out), {COST}" in capsys.readouterr().err
     yield run
 
 
