@@ -83,3 +83,75 @@ def editable_project(
         _run([*argv, "--no-build-isolation", "--no-deps", "-e", "."], source)
     git(source, "update-index", "-q", "--refresh")  # the index is no longer racily clean
     return source
+
+
+def _uv() -> str:
+    """uv's binary, from the `uv` package on PyPI (in the `dev` extra)."""
+    from uv import find_uv_bin
+
+    return str(find_uv_bin())
+
+
+def uv_project(root: Path, tools_dir: Path | None) -> Path:
+    """A committed src-layout project managed by uv: `uv venv` made its `.venv` (a uv
+    `pyvenv.cfg`, no pip) and `uv pip install -e .` installed it editable."""
+    source = make_repo(
+        root / "source",
+        {
+            "pyproject.toml": _PYPROJECT + _SRC_CFG,
+            module_path("src"): BROKEN,
+            "test_value.py": TEST,
+            ".gitignore": ".venv/\n*.egg-info/\n__pycache__/\nbuild/\n",
+        },
+    )
+    uv = _uv()
+    _run([uv, "venv", "-q", "--system-site-packages", "--python", PY, ".venv"], source)
+    install = [uv, "pip", "install", "-q", "--offline", "--python", ".venv/bin/python"]
+    if tools_dir is not None:  # build isolation, with a setuptools that builds editables
+        install += ["--no-index", "--find-links", str(tools_dir)]
+    else:
+        install += ["--no-build-isolation", "--no-deps"]
+    _run([*install, "-e", "."], source)
+    git(source, "update-index", "-q", "--refresh")
+    return source
+
+
+_POETRY_PYPROJECT = """\
+[tool.poetry]
+name = "tinypkg"
+version = "0.1.0"
+description = ""
+authors = []
+packages = [{ include = "tinypkg", from = "src" }]
+
+[build-system]
+requires = ["poetry-core>=1.0"]
+build-backend = "poetry.core.masonry.api"
+"""
+
+
+def poetry_project(root: Path, env_at: Path) -> Path:
+    """A committed src-layout poetry project whose environment lives outside the repo, where
+    poetry keeps it (`.../pypoetry/virtualenvs/NAME-HASH-py3.X`), with the project installed
+    as poetry's installer does it: poetry-core's editable wheel (a `tinypkg.pth` holding the
+    source's `src`) installed into the environment."""
+    from poetry.core.factory import Factory
+    from poetry.core.masonry.builders.wheel import WheelBuilder
+
+    source = make_repo(
+        root / "source",
+        {
+            "pyproject.toml": _POETRY_PYPROJECT,
+            module_path("src"): BROKEN,
+            "test_value.py": TEST,
+            ".gitignore": "__pycache__/\ndist/\n",
+        },
+    )
+    env_at.parent.mkdir(parents=True, exist_ok=True)
+    python = make_venv(env_at, None)
+    dist = root / "poetry-dist"
+    dist.mkdir()
+    wheel = WheelBuilder.make_in(Factory().create_poetry(source), dist, editable=True)
+    pip = [PY, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", "--no-deps"]
+    _run([*pip, str(dist / wheel)], root)
+    return source

@@ -12,14 +12,21 @@ import pytest
 from code_runner import files
 from code_runner.errors import RecordError
 from code_runner.record import Reason, ResultStatus, RunResult, load_result
-from code_runner.record.result import SCHEMA_VERSION, UPGRADES, upgrade, v1_to_v2
+from code_runner.record.result import (
+    SCHEMA_VERSION,
+    UPGRADES,
+    RunUsage,
+    upgrade,
+    v1_to_v2,
+    v2_to_v3,
+)
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 OLD_RECORDS = sorted(RECORDED.glob("*/*.result.json"))
 
 
 def test_the_version_chain_reaches_the_current_version() -> None:
-    assert SCHEMA_VERSION == 2 and {1: v1_to_v2} == UPGRADES
+    assert SCHEMA_VERSION == 3 and {1: v1_to_v2, 2: v2_to_v3} == UPGRADES
 
 
 @pytest.mark.parametrize("path", OLD_RECORDS, ids=lambda p: p.parent.name)
@@ -27,8 +34,10 @@ def test_a_stored_v1_record_is_upgraded_with_every_value_kept(path: Path) -> Non
     stored = json.loads(path.read_text())
     assert stored["schema_version"] == 1 and "kind" not in stored
     result = load_result(path)
-    assert result.kind == "task" and result.schema_version == 2
-    assert result.to_json() == stored | {"kind": "task", "schema_version": 2}
+    assert result.kind == "task" and result.schema_version == 3
+    last_usage = stored["round_details"][-1]["agent_usage"]
+    assert result.to_json() == stored | {"kind": "task", "schema_version": 3, "usage": last_usage}
+    assert result.usage is not None and result.usage.total_tokens == last_usage["total_tokens"]
     assert result.result_contract is None  # written before the result contract existed
     assert result.evidence().status == stored["status"]
 
@@ -51,7 +60,49 @@ def test_a_v1_abandoned_record_from_gc_loads() -> None:
     }
     result = RunResult.model_validate(upgrade(partial))
     assert result.status is ResultStatus.ABANDONED and result.reason is Reason.ABANDONED
-    assert result.to_json() == partial | {"schema_version": 2, "kind": "task"}
+    assert result.to_json() == partial | {"schema_version": 3, "kind": "task"}
+    assert result.usage is None  # no round, no usage: nothing is invented
+
+
+def test_v2_to_v3_lifts_the_last_rounds_usage_to_the_top() -> None:
+    usage = {
+        "model_calls": 3,
+        "prompt_tokens": 300,
+        "completion_tokens": 60,
+        "total_tokens": 360,
+        "usage_reported": True,
+        "price_known": True,
+        "cost_usd": 0.0042,
+    }
+    old = {
+        "schema_version": 2,
+        "round_details": [
+            {"round": 0},
+            {"round": 1, "agent_usage": {**usage, "model_calls": 1, "cost_usd": 0.001}},
+            {"round": 2, "agent_usage": usage},
+        ],
+    }
+    assert v2_to_v3(old) == old | {"schema_version": 3, "usage": usage}
+    agent_cli = {"schema_version": 2, "round_details": [{"round": 1, "agent_usage": {"x": 1}}]}
+    assert v2_to_v3(agent_cli) == agent_cli | {"schema_version": 3}
+
+
+def test_usage_in_words_never_shows_an_unknown_cost_as_zero() -> None:
+    known = RunUsage(
+        model_calls=3,
+        prompt_tokens=1000,
+        completion_tokens=234,
+        total_tokens=1234,
+        price_known=True,
+        cost_usd=0.0042,
+    )
+    assert known.describe() == "3 model calls, 1,234 tokens (1,000 in, 234 out), $0.0042"
+    unpriced = RunUsage(model_calls=1, total_tokens=5)
+    assert "cost unknown (no price configured" in unpriced.describe()
+    assert "$" not in unpriced.describe()
+    unreported = RunUsage(model_calls=2, usage_reported=False, price_known=True)
+    assert "some calls reported no usage" in unreported.describe()
+    assert "cost unknown (the provider reported no usage" in unreported.describe()
 
 
 def _written(tmp_path: Path, data: object) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +45,23 @@ def test_agent_text_is_written_without_terminal_escapes(tmp_path: Path) -> None:
         response
     )
     assert "\\x1b[8mhidden.py" in (out / "fix-calc.result.md").read_text()
+
+
+def fences_balanced(markdown: str) -> bool:
+    return sum(1 for line in markdown.splitlines() if line.startswith("```")) % 2 == 0
+
+
+@pytest.mark.parametrize("rounds", [[[]], [[write("calc.py", FIXED_BOTH)]]], ids=["empty", "fix"])
+def test_eval_md_code_fences_are_balanced_with_or_without_a_patch(
+    tmp_path: Path, rounds: list[list[dict[str, Any]]]
+) -> None:
+    source = calc_repo(tmp_path)
+    spec_path = write_task(tmp_path, source, rounds)
+    runner.run_task(runner.preflight(spec_mod.load_spec(spec_path), base_dir=tmp_path))
+    eval_md = (tmp_path / "out" / "fix-calc.eval.md").read_text()
+    assert fences_balanced(eval_md), eval_md
+    diff = eval_md.split("## Diff\n\n", 1)[1].split("## Proof", 1)[0]
+    if rounds == [[]]:
+        assert diff.strip() == "- no changes", diff
+    else:
+        assert diff.startswith("```\n") and "calc.py" in diff, diff

@@ -35,7 +35,7 @@ def test_a_runs_result_round_trips_through_the_model_byte_for_byte(tmp_path: Pat
     result = load_result(path)
     assert result.to_json() == written == json.loads(path.read_text())
     assert files.dumps(result.to_json()) == path.read_text()
-    assert written["kind"] == "task" and written["schema_version"] == 2
+    assert written["kind"] == "task" and written["schema_version"] == 3
     assert result.result_contract is not None and result.passed
 
 

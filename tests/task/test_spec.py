@@ -468,7 +468,8 @@ def test_dod_command_problems(data: dict[str, Any], command: str, needle: str) -
     ("assertion", "needle"),
     [
         ("", "is empty"),
-        ("exit_code = 0", "write `exit_code == N` or `exit_code != N`"),
+        ("exit_code = 0", "did you mean `exit_code == 0`?"),
+        ("exit_code >= 0", "write `exit_code == N` or `exit_code != N`"),
         ("stdout_regex:(", "not a valid Python regular expression"),
         ("stderr_regex:*x", "not a valid Python regular expression"),
     ],
@@ -721,3 +722,13 @@ def test_relative_paths_without_base_dir_use_the_process_cwd(
     monkeypatch.chdir(tmp_path)
     spec = TaskSpec.model_validate(valid_data(Path("r"), Path("out")))
     assert spec.cwd == repo and spec.output_dir == tmp_path / "out"
+
+
+@pytest.mark.parametrize("typed", ["exit code == 0", "exit_code=0", "stdout-regex:^ok$"])
+def test_a_mistyped_assertion_is_refused_with_did_you_mean(
+    data: dict[str, Any], typed: str
+) -> None:
+    data["definition_of_done"]["assertion"] = typed
+    found = problems(data)
+    assert len(found) == 1 and found[0].startswith("definition_of_done.assertion"), found
+    assert "did you mean" in found[0]

@@ -85,7 +85,14 @@ def test_parse_every_form(text: str, kind: AssertionKind, value: object) -> None
     [
         ("", "is empty"),
         ("   ", "is empty"),
-        ("exit_code = 0", "write `exit_code == N`"),
+        ("exit_code = 0", "did you mean `exit_code == 0`?"),
+        ("exit_code=0", "did you mean `exit_code == 0`?"),
+        ("exit code == 0", "did you mean `exit_code == 0`?"),
+        ("Exit-Code != 2", "did you mean `exit_code != 2`?"),
+        ("returncode: 1", "did you mean `exit_code == 1`?"),
+        ("stdout-regex:^ok$", "did you mean 'stdout_regex:'"),
+        ("Contains:passed", "did you mean 'contains:'"),
+        ("json has keys:a", "did you mean 'json_has_keys:'"),
         ("exit_code == zero", "write `exit_code == N`"),
         ("exit_code == 0 and passed", "write `exit_code == N`"),
         ("exit_code", "write `exit_code == N`"),
@@ -105,6 +112,11 @@ def test_parse_errors_say_how_to_fix(text: str, needle: str) -> None:
     with pytest.raises(ValueError, match=None) as info:
         parse_assertion(text)
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["tests passed", "error: none", "stdout: ok", "OK", "rc 0 ok"])
+def test_plain_text_that_is_no_near_miss_stays_a_substring(text: str) -> None:
+    assert parse_assertion(text).kind is AssertionKind.SUBSTRING
 
 
 # --- judging -------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from tests.helpers.projects import (
     editable_project,
     make_venv,
     module_path,
+    poetry_project,
+    uv_project,
 )
 from tests.helpers.tasks import load_result, run_cli, write, write_task
 
@@ -194,3 +196,92 @@ def test_a_venv_dir_in_the_repo_works_in_run_and_check(
     check = run_cli("apply", "--check", str(tmp_path / "out"))
     assert check.returncode == 0, check.stdout + check.stderr
     assert "would pass" in check.stdout
+
+
+# --- the environments people have: conda, poetry, uv -------------------------------------
+# One project per kind, both sandbox modes on it: building an environment is the slow part.
+
+VENV_DOD = ".venv/bin/python -m pytest -q -p no:cacheprovider test_value.py"
+
+
+def _passes_in_run_and_check(root: Path, source: Path, sandbox: str, command: str = DOD) -> None:
+    """A correct patch passes in `run` and `apply --check` while an uncommitted source-only
+    change (which would fail) is never seen."""
+    where = root / sandbox
+    where.mkdir()
+    (source / module_path("src")).write_text(WRONG)
+    rounds = [[write(module_path("src"), FIXED)]]
+    spec = write_task(
+        where, source, rounds, allowlist=[module_path("src")], command=command, sandbox=sandbox
+    )
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load_result(where / "out")["status"] == "passed"
+    git(source, "checkout", "--", module_path("src"))  # apply refuses an overlapping change
+    check = run_cli("apply", "--check", str(where / "out"))
+    assert check.returncode == 0 and "would pass" in check.stdout, check.stdout + check.stderr
+
+
+def _found_with_the_editable_install(source: Path, origin: str) -> None:
+    found = discover(source)
+    assert found.origin == origin and found.python is not None
+    assert [p for e in found.editable for p in e.paths] == [source / "src"]
+
+
+def test_a_conda_prefix_is_the_dods_environment(
+    tmp_path: Path, tools_dir: Path | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conda's layout: an environment under `envs/` with `conda-meta/`, active through
+    CONDA_PREFIX only (no VIRTUAL_ENV)."""
+    env = tmp_path / "miniconda3" / "envs" / "tinypkg"
+    source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir, env_at=env)
+    (env / "conda-meta").mkdir()
+    (env / "conda-meta" / "history").write_text("==> 2026-12-01 12:00:00 <==\n# cmd: create\n")
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.setenv("CONDA_PREFIX", str(env))
+    _found_with_the_editable_install(source, "CONDA_PREFIX")
+    for sandbox in ("auto", "off"):
+        _passes_in_run_and_check(tmp_path, source, sandbox)
+
+
+def test_a_poetry_environment_outside_the_repo_is_the_dods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """poetry keeps the environment in its cache dir; `poetry run` / `poetry shell` make it
+    the active VIRTUAL_ENV; the project is installed as a `tinypkg.pth` path entry."""
+    env = tmp_path / "cache" / "pypoetry" / "virtualenvs" / "tinypkg-Qx3fK2pL-py3.11"
+    source = poetry_project(tmp_path, env)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.setenv("VIRTUAL_ENV", str(env))
+    _found_with_the_editable_install(source, "VIRTUAL_ENV")
+    for sandbox in ("auto", "off"):
+        _passes_in_run_and_check(tmp_path, source, sandbox)
+
+
+def test_a_uv_managed_venv_with_and_without_the_sandbox(
+    tmp_path: Path, tools_dir: Path | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`uv venv` + `uv pip install -e .`. Under the sandbox a DoD may name `.venv/bin/python`
+    (the source's `.venv` is bound read-only into the workspace); without it the workspace
+    has no `.venv`, so that DoD stops at preflight saying to write `python`, which is the
+    `.venv`'s there, and a DoD written so passes."""
+    source = uv_project(tmp_path, tools_dir)
+    assert "uv = " in (source / ".venv" / "pyvenv.cfg").read_text()
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    _found_with_the_editable_install(source, ".venv")
+    _passes_in_run_and_check(tmp_path, source, "auto", command=VENV_DOD)
+    _passes_in_run_and_check(tmp_path, source, "off")
+    spec = write_task(
+        tmp_path / "off",
+        source,
+        [[]],
+        task_id="venv-python",
+        allowlist=[module_path("src")],
+        command=VENV_DOD,
+        sandbox="off",
+    )
+    refused = run_cli("run", str(spec))
+    assert refused.returncode == 3 and "dod_cannot_start" in refused.stdout + refused.stderr
+    said = refused.stdout + refused.stderr
+    assert f"write the command with `python`, which is {source / '.venv'}/bin/python" in said

@@ -11,11 +11,12 @@ import click
 
 import code_runner.cli.render as render
 from code_runner import files
+from code_runner.cli.narrate import narrated
 from code_runner.errors import RecordError, UsageError
 from code_runner.events import EventKind
 from code_runner.monitor import load_result as load_experiment_result
 from code_runner.monitor import render_status
-from code_runner.record import load_result, seal
+from code_runner.record import RunResult, RunUsage, load_result, seal
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -62,7 +63,18 @@ def _summary(status: dict[str, Any]) -> str:
         + (f" ({status['step']})" if status.get("step") else "")
         + f" — round {status.get('round')}/{status.get('max_rounds')}, "
         f"best score {float(status.get('best_score') or 0):.2f}, updated {status.get('updated_at')}"
+        + _usage_said(status.get("usage"))
     )
+
+
+def _usage_said(usage: object) -> str:
+    """`; 3 model calls, 1,234 tokens (...), $0.0042` from a status's usage, if any."""
+    if not isinstance(usage, dict):
+        return ""
+    try:
+        return "; " + RunUsage.model_validate(usage).describe()
+    except ValueError:
+        return ""
 
 
 @click.command("status")
@@ -90,8 +102,7 @@ def status_command(target: Path, tail_events: int, as_json: bool) -> int:
     out = render.console()
     out.print(_summary(status))
     for event in events:
-        extra = {k: v for k, v in event.items() if k not in {"seq", "ts", "run_id", "kind"}}
-        out.print(f"  {event.get('ts')} {event.get('kind')} {json.dumps(extra, default=str)}")
+        out.print(f"  {narrated(event)}", markup=False)
     return 0
 
 
@@ -117,15 +128,13 @@ def watch_command(target: Path, interval: float, timeout_s: float) -> int:
     while True:
         events = files.read_jsonl(events_path)
         for event in events[seen:]:
-            out.print(f"{event.get('ts')} {event.get('kind')} round={event.get('round')}")
-            said = _watch_line(event)
-            if said:
-                out.print(f"  {said}")
+            if event.get("kind") != "state_changed":  # the summary line says the state
+                out.print(narrated(event), markup=False)
         seen = len(events)
         status = _load_json(status_path)
         summary = _summary(status)
         if summary != last:
-            out.print(summary)
+            out.print(summary, markup=False)
             last = summary
         if status.get("terminal"):
             return 0 if status.get("state") == "passed" else 1
@@ -197,16 +206,37 @@ def result_command(file: Path, as_json: bool) -> int:
     if as_json:
         render.print_json(result.to_json())
     else:
-        out = render.console()
-        out.print(f"{result.task_id}: {result.status.value} ({result.reason.value})")
-        for key, value in (
-            ("dod_passed", result.dod_passed),
-            ("rounds", result.rounds),
-            ("best_score", result.best_score),
-            ("source_unchanged", result.source_unchanged),
-            ("worktree_removed", result.worktree_removed),
-            ("patch_artifact", result.patch_artifact),
-            ("error", result.error),
-        ):
-            out.print(f"  {key}: {value}")
+        _print_result(result)
     return 0 if result.dod_passed else 1
+
+
+def _print_result(result: RunResult) -> None:
+    out = render.console()
+    out.print(f"{result.task_id}: {result.status.value} ({result.reason.value})", markup=False)
+    for key, value in (
+        ("dod_passed", result.dod_passed),
+        ("rounds", result.rounds),
+        ("best_score", result.best_score),
+        ("source_unchanged", result.source_unchanged),
+        ("worktree_removed", result.worktree_removed),
+        ("patch_artifact", result.patch_artifact),
+        ("usage", result.usage.describe() if result.usage else "none reported"),
+        ("apply", apply_said(result)),
+        ("error", result.error),
+    ):
+        out.print(f"  {key}: {value}", markup=False)
+
+
+def apply_said(result: RunResult) -> str:
+    """What became of the patch in the source, in words."""
+    if result.decision == "rejected":
+        return "rejected" + (f": {result.decision_reason}" if result.decision_reason else "")
+    if result.source_commit:
+        return f"committed {result.source_commit[:12]}"
+    if result.applied_in_source:
+        return "applied to the source (not committed)"
+    if result.source_rollback_applied:
+        return "applied, then rolled back: " + (result.source_apply_error or "the DoD failed")
+    if result.source_apply_error:
+        return "refused: " + result.source_apply_error.splitlines()[0]
+    return "not applied (`code-runner apply` or `reject` decides)" if result.passed else "none"

@@ -85,6 +85,8 @@ def run_command(
         )
         if result.error:
             out.print(f"  {result.error}")
+        if result.usage is not None:
+            out.print(f"  usage:  {result.usage.describe()}", markup=False)
         out.print(f"  patch:  {result.patch_artifact}")
         out.print(f"  result: {RecordPaths(task.output_dir, task.task_id).result}")
     if not result.source_unchanged:

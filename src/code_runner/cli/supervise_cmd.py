@@ -306,18 +306,25 @@ def _print_tasks(
     for line in lines:
         mismatch = f", {line.mismatches} mismatch(es)" if line.mismatches else ""
         mismatch += f", skills {line.skill_review}" if line.skill_review else ""
+        applied = f", {line.apply}" if line.apply else ""
         out.print(
             f"{line.started_at[:19]:19} {line.status:22} {line.backend_name:11} "
-            f"{line.duration_s:8.1f} s  DoD {'pass' if line.dod_passed else 'fail'}  "
-            f"{line.task_id} ({line.reason}{mismatch})"
+            f"{line.duration_s:8.1f} s  {_spent(line.tokens, line.cost_usd):>24}  "
+            f"DoD {'pass' if line.dod_passed else 'fail'}  "
+            f"{line.task_id} ({line.reason}{mismatch}{applied})",
+            markup=False,
         )
     counts = ", ".join(f"{k} {v}" for k, v in totals["by_status"].items())
+    applied = ", ".join(f"{k} {v}" for k, v in sorted(totals["applied"].items()))
     out.print(
         f"{totals['runs']} run(s): {counts}; DoD passed {totals['dod_passed']}; "
         f"runs with a mismatch {totals['runs_with_mismatch']}; "
         f"total {totals['duration_s']:.1f} s"
+        + _spent_total(lines, totals)
         + "".join(f"; skills {k} {v}" for k, v in totals["skill_review"].items())
-        + (f"; {skipped} other file(s) skipped" if skipped else "")
+        + (f"; patches: {applied}" if applied else "")
+        + (f"; {skipped} other file(s) skipped" if skipped else ""),
+        markup=False,
     )
 
 
@@ -342,6 +349,22 @@ def _print_experiments(out: Console, lines: list[ExperimentLine], unreadable: in
         + (f"; {unreadable} unreadable run dir(s) skipped" if unreadable else ""),
         markup=False,
     )
+
+
+def _spent_total(lines: list[summary.RunLine], totals: dict[str, Any]) -> str:
+    if all(line.tokens is None for line in lines):
+        return ""
+    unknown = totals["runs_cost_unknown"]
+    return f", {totals['tokens']:,} tokens, ${totals['cost_usd']:.4f}" + (
+        f" (cost unknown for {unknown} run(s))" if unknown else ""
+    )
+
+
+def _spent(tokens: int | None, cost_usd: float | None) -> str:
+    """`1,234 tok $0.0042`, `1,234 tok cost ?` or `-` when no usage was reported."""
+    if tokens is None:
+        return "-"
+    return f"{tokens:,} tok " + (f"${cost_usd:.4f}" if cost_usd is not None else "cost ?")
 
 
 __all__ = ["attach_command", "stop_command", "summarize_command"]

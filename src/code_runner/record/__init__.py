@@ -8,7 +8,7 @@ one way to read it; `writer.RunRecord` is the only writer (events, status, round
 """
 
 from code_runner.record.paths import RecordPaths, hunk_markdown
-from code_runner.record.result import RunResult, load_result
+from code_runner.record.result import RunResult, RunUsage, load_result, run_usage
 from code_runner.record.skill_review import SkillVerdict
 from code_runner.record.state import (
     TERMINAL_STATES,
@@ -29,7 +29,9 @@ __all__ = [
     "RunRecord",
     "RunResult",
     "RunState",
+    "RunUsage",
     "SkillVerdict",
     "hunk_markdown",
     "load_result",
+    "run_usage",
 ]

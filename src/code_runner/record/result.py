@@ -13,7 +13,7 @@ always were. Files are written with sorted keys, so equal results are equal byte
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,7 @@ from code_runner.errors import RecordError
 from code_runner.record.state import Reason, ResultStatus
 from code_runner.task.contract import Evidence
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _FIX = (
     "result.json is written by code-runner and must not be edited: restore it from a copy, "
@@ -92,6 +92,54 @@ class RoundDetail(_Record):
     agent_processes_killed: tuple[int, ...] = ()  # what the agent left running, ended
 
 
+class RunUsage(_Record):
+    """The model usage of the whole run: tokens as the provider reported them, and the cost
+    at the backend's configured prices. `cost_usd` is None when it cannot be known (no price
+    configured, or a call came without usage): an unknown cost is never shown as $0."""
+
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    usage_reported: bool = True
+    price_known: bool = False
+    cost_usd: float | None = None
+
+    def describe(self) -> str:
+        """The usage in words: `3 model calls, 1,234 tokens (1,000 in, 234 out), $0.0042`."""
+        calls = f"{self.model_calls} model call{'' if self.model_calls == 1 else 's'}"
+        tokens = (
+            f"{self.total_tokens:,} tokens ({self.prompt_tokens:,} in, "
+            f"{self.completion_tokens:,} out)"
+        )
+        if not self.usage_reported:
+            tokens += ", some calls reported no usage"
+        return f"{calls}, {tokens}, {self.cost()}"
+
+    def cost(self) -> str:
+        if self.cost_usd is not None:
+            return f"${self.cost_usd:.4f}"
+        if not self.price_known:
+            return "cost unknown (no price configured for the backend)"
+        return "cost unknown (the provider reported no usage for some calls)"
+
+
+_USAGE_KEYS = frozenset(RunUsage.model_fields)
+
+
+def run_usage(round_details: Sequence[Mapping[str, Any]]) -> RunUsage | None:
+    """The run's usage from its rounds: a backend reports the run's usage so far at the end
+    of each round, so the last report is the run's. None when no round reported one."""
+    for details in reversed(round_details):
+        usage = details.get("agent_usage")
+        if isinstance(usage, Mapping) and "model_calls" in usage:
+            try:
+                return RunUsage.model_validate({k: usage[k] for k in _USAGE_KEYS & set(usage)})
+            except ValidationError:
+                return None
+    return None
+
+
 class Claim(_Record):
     status: str | None = None
     raw_status: str = ""
@@ -147,6 +195,7 @@ class RunResult(_Record):
     dropped_changes: tuple[DroppedChange, ...] = ()
     sandbox: dict[str, Any] | None = None
     round_details: tuple[RoundDetail, ...] = ()
+    usage: RunUsage | None = None  # model tokens and cost of the whole run (model backends)
     # complete-task mode and `code-runner apply`
     apply_to_source: bool = False
     source_patch_applied: bool = False
@@ -245,7 +294,20 @@ def v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "kind": "task", "schema_version": 2}
 
 
-UPGRADES: dict[int, Upgrade] = {1: v1_to_v2}
+def v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 has the run's model usage and cost at the top level (`usage`); version 2
+    had it only in the round details, where it is read from for an older record."""
+    rounds = data.get("round_details")
+    found = (
+        run_usage([r for r in rounds if isinstance(r, Mapping)])
+        if isinstance(rounds, list)
+        else None
+    )
+    usage = {"usage": found.model_dump(mode="json")} if found is not None else {}
+    return {**data, **usage, "schema_version": 3}
+
+
+UPGRADES: dict[int, Upgrade] = {1: v1_to_v2, 2: v2_to_v3}
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
@@ -318,9 +380,12 @@ __all__ = [
     "DroppedChange",
     "RoundDetail",
     "RunResult",
+    "RunUsage",
     "VerdictRecord",
     "load_result",
     "parse_result",
+    "run_usage",
     "upgrade",
     "v1_to_v2",
+    "v2_to_v3",
 ]

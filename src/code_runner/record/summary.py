@@ -40,6 +40,9 @@ class RunLine:
     claimed: str | None
     started_at: str
     skill_review: str | None = None  # the skills' recommendation, for runs that named skills
+    tokens: int | None = None  # model tokens of the run (None: the backend reported none)
+    cost_usd: float | None = None  # None: unknown (no price, or usage not reported)
+    apply: str = ""  # what became of the patch: committed, applied, rolled back, rejected
 
     @property
     def backend_name(self) -> str:
@@ -61,6 +64,9 @@ class RunLine:
             "claimed_status": self.claimed,
             "started_at": self.started_at,
             "skill_review": self.skill_review,
+            "tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+            "apply": self.apply,
         }
 
 
@@ -104,6 +110,9 @@ def _line(path: Path, result: RunResult) -> RunLine:
         claimed=contract.claimed_status if contract else None,
         started_at=result.started_at,
         skill_review=_skill_verdict(result),
+        tokens=result.usage.total_tokens if result.usage else None,
+        cost_usd=result.usage.cost_usd if result.usage else None,
+        apply=apply_word(result),
     )
 
 
@@ -111,6 +120,21 @@ def _skill_verdict(result: RunResult) -> str | None:
     found = result.skill_review or {}
     verdict = found.get("verdict")
     return str(verdict) if verdict and found.get("skills") else None
+
+
+def apply_word(result: RunResult) -> str:
+    """One word for what became of a run's patch in the source ("" when nothing did)."""
+    if result.decision == "rejected":
+        return "rejected"
+    if result.source_commit:
+        return "committed"
+    if result.applied_in_source:
+        return "applied"
+    if result.source_rollback_applied:
+        return "rolled back"
+    if result.source_apply_error:
+        return "apply refused"
+    return ""
 
 
 def collect(root: Path, *, since: datetime | None = None) -> tuple[list[RunLine], int]:
@@ -154,7 +178,14 @@ def totals(lines: list[RunLine]) -> dict[str, Any]:
         "skill_review": dict(Counter(line.skill_review for line in lines if line.skill_review)),
         "mismatches": sum(line.mismatches for line in lines),
         "duration_s": round(sum(line.duration_s for line in lines), 3),
+        "tokens": sum(line.tokens or 0 for line in lines),
+        # the known costs; runs whose cost is unknown are counted, never taken as $0
+        "cost_usd": round(sum(line.cost_usd or 0.0 for line in lines), 6),
+        "runs_cost_unknown": sum(
+            1 for line in lines if line.cost_usd is None and line.tokens is not None
+        ),
+        "applied": dict(sorted(Counter(line.apply for line in lines if line.apply).items())),
     }
 
 
-__all__ = ["RunLine", "collect", "parse_since", "totals"]
+__all__ = ["RunLine", "apply_word", "collect", "parse_since", "totals"]

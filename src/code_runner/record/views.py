@@ -196,6 +196,8 @@ def _diff_stat(review: str) -> str:
     for line in review.splitlines():
         if line.startswith("diff --git"):
             break
+        if line.startswith("```") or line.strip() == "(no changes)":
+            break  # the review page's closing fence, or its empty-patch line
         if line.strip():
             stat.append(line.rstrip())
     return "\n".join(stat)

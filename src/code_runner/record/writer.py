@@ -47,6 +47,7 @@ class RunRecord:
         self.round = 0
         self.best_score = 0.0
         self.step = ""
+        self.usage: dict[str, Any] | None = None  # the run's model usage so far, when reported
         self.pid = os.getpid()  # the run's process (a reopened record keeps the run's)
         self._seq = 0
         self._listeners: list[Listener] = []
@@ -106,6 +107,8 @@ class RunRecord:
             record.round = int(status.get("round") or 0)
             record.best_score = float(status.get("best_score") or 0.0)
             record.step = str(status.get("step") or "")
+            usage = status.get("usage")
+            record.usage = dict(usage) if isinstance(usage, dict) else None
             pid = status.get("pid")
             record.pid = pid if isinstance(pid, int) else record.pid
         except (KeyError, TypeError, ValueError) as exc:
@@ -201,6 +204,11 @@ class RunRecord:
         files.atomic_write_bytes(self.paths.file(name), raw, durable=durable)
         self._seal(name, seal.mac(self.paths.task_id, name, raw), durable=durable)
 
+    def set_usage(self, usage: dict[str, Any]) -> None:
+        """The run's model usage and cost so far, shown by `status` and `watch`."""
+        self.usage = dict(usage)
+        self.write_status()
+
     def write_status(self) -> None:
         self._write_sealed(
             "status.json",
@@ -216,6 +224,7 @@ class RunRecord:
                 "best_score": self.best_score,
                 "updated_at": clock.utc_now(),
                 "pid": self.pid,
+                **({"usage": self.usage} if self.usage is not None else {}),
             },
             durable=self.state in TERMINAL_STATES,  # rewritten often; the last one is synced
         )

@@ -344,12 +344,16 @@ class RoundLoop:
             raise
         except CodeRunnerError as exc:
             outcome = AgentOutcome(AgentStop.ERROR, error=exc.render())
+        usage = dict(outcome.usage) if outcome.usage else None
         self.record.emit(
             EventKind.AGENT_FINISHED,
             stop=outcome.stop.value,
             turns=outcome.turns,
             error=outcome.error,
+            **({"usage": usage} if usage else {}),
         )
+        if usage:
+            self.record.set_usage(usage)
         self.record.append_response(index, outcome.response)
         self.last_response = outcome.response
         return outcome

@@ -29,6 +29,7 @@ from code_runner.record import (
     RunRecord,
     RunResult,
     RunState,
+    run_usage,
     views,
 )
 from code_runner.repo import snapshot
@@ -452,6 +453,7 @@ class TaskRun:
                 "dropped_changes": loop.dropped if loop else [],
                 "sandbox": self._sandbox_posture(),
                 "round_details": rounds,
+                **_usage_field(rounds),
                 "apply_to_source": spec.apply_to_source,
                 **self._apply_fields(),
                 "started_at": clock.iso(started_at),
@@ -460,6 +462,11 @@ class TaskRun:
                 "record_files": self.record.paths.record_files(),
             }
         )
+
+
+def _usage_field(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    usage = run_usage(rounds)
+    return {"usage": usage.model_dump(mode="json")} if usage is not None else {}
 
 
 def run_task(

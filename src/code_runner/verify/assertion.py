@@ -49,7 +49,13 @@ _PREFIXES: dict[str, AssertionKind] = {
 _EXIT_RE = re.compile(r"^\s*exit_code\s*(==|!=)\s*([+-]?\d+)\s*$")
 
 
-_WORD_COLON_RE = re.compile(r"^([a-z_]{4,20}):")
+_WORD_COLON_RE = re.compile(r"^([A-Za-z][A-Za-z _-]{2,20}):")
+
+# what people write for an exit-code check: `exit code == 0`, `exitcode=0`, `returncode: 0`
+_EXIT_NEAR_RE = re.compile(
+    r"^\s*(exit[\s_-]*code|exit[\s_-]*status|return[\s_-]*code|rc)\s*(==|!=|=|:|is)?\s*([+-]?\d+)\s*$",
+    re.IGNORECASE,
+)
 
 
 _GRAMMAR_HINT = (
@@ -101,20 +107,38 @@ def parse_assertion(text: str) -> Assertion:
         raise ValueError(f"must be a string; {_GRAMMAR_HINT}")
     if text.strip() == "":
         raise ValueError(f"is empty; {_GRAMMAR_HINT}")
-    if text.lstrip().startswith("exit_code"):
+    if text.lstrip().startswith("exit_code") and _EXIT_RE.match(text):
         return _parse_exit(text)
     for prefix, kind in _PREFIXES.items():
         if text.startswith(prefix):
             return _parse_prefixed(text, prefix, kind)
-    near = _WORD_COLON_RE.match(text)
-    if near:
-        names = [p[:-1] for p in _PREFIXES]
-        close = difflib.get_close_matches(near.group(1), names, n=1, cutoff=0.8)
-        if close:
-            raise ValueError(
-                f"unknown assertion form '{near.group(1)}:'; did you mean '{close[0]}:'?"
-            )
+    _refuse_near_miss(text)
+    if text.lstrip().startswith("exit_code"):
+        return _parse_exit(text)
     return Assertion(AssertionKind.SUBSTRING, text, text.strip())
+
+
+def _refuse_near_miss(text: str) -> None:
+    """A mistyped form (`exit code == 0`, `exit_code=0`, `stdout-regex:`) would be read as
+    text to find in the output and pass or fail for the wrong reason: refuse it."""
+    exit_like = _EXIT_NEAR_RE.match(text)
+    if exit_like:
+        op = "!=" if exit_like.group(2) == "!=" else "=="
+        raise ValueError(
+            f"{quote(text)} is not an assertion this code-runner knows; "
+            f"did you mean `exit_code {op} {int(exit_like.group(3))}`?"
+        )
+    near = _WORD_COLON_RE.match(text)
+    if near is None:
+        return
+    word = re.sub(r"[\s-]+", "_", near.group(1).strip().lower())
+    names = [p[:-1] for p in _PREFIXES]
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.8)
+    if close:
+        raise ValueError(
+            f"unknown assertion form '{near.group(1)}:'; did you mean '{close[0]}:'? "
+            "(plain text to find in the output must not look like a form)"
+        )
 
 
 def _parse_exit(text: str) -> Assertion:

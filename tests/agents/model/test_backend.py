@@ -162,6 +162,24 @@ def test_http_400_is_not_retried_and_its_message_is_shown(
     assert "does not support tools" in capsys.readouterr().err
 
 
+def test_a_key_refused_at_the_first_model_call_is_said_and_not_retried(
+    tmp_path: Path,
+    server: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A gateway whose /models is open but whose chat endpoint refuses the key, as a
+    LiteLLM proxy without a database does: one request, then the words and the fix."""
+    no_db = {"error": {"message": "No connected db.", "type": "no_db_connection", "code": "400"}}
+    server.add(*[Fail(400, body=no_db)] * 3)
+    run = model_task(tmp_path, server, monkeypatch, backend_settings={"retries": 2})
+    assert run.run() == 1
+    assert len(server.stream_requests()) == 1  # the same key gets the same answer: no retry
+    error = run.result()["error"]
+    assert "the gateway refused the key (HTTP 400: No connected db.)" in error
+    assert "master_key" in error and "Traceback" not in capsys.readouterr().err
+
+
 def test_send_max_tokens_false_leaves_it_out(
     tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

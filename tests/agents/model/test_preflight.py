@@ -86,19 +86,83 @@ def test_unreachable_endpoint(
     assert f"{dead}/models does not answer" in err and "start the server" in err
 
 
-def test_key_refused_by_the_endpoint(
+# error answers to GET /models with a key the server does not accept, as each one words it
+LITELLM_NO_DB = (
+    400,
+    {
+        "error": {
+            "message": "No connected db.",
+            "type": "no_db_connection",
+            "param": None,
+            "code": "400",
+        }
+    },
+)
+OPENAI_BAD_KEY = (
+    401,
+    {
+        "error": {
+            "message": "Incorrect API key provided",
+            "type": "invalid_request_error",
+            "code": "invalid_api_key",
+        }
+    },
+)
+ANTHROPIC_BAD_KEY = (
+    401,
+    {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}},
+)
+GATEWAY_FORBIDDEN = (403, {"detail": "Forbidden"})
+LITELLM_BAD_TOKEN = (
+    400,
+    {
+        "error": {
+            "message": "Authentication Error, Invalid proxy server token passed.",
+            "type": "auth_error",
+            "param": "None",
+            "code": "400",
+        }
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [LITELLM_NO_DB, OPENAI_BAD_KEY, ANTHROPIC_BAD_KEY, GATEWAY_FORBIDDEN, LITELLM_BAD_TOKEN],
+    ids=["litellm-no-db", "openai", "anthropic", "forbidden", "litellm-token"],
+)
+def test_a_refused_key_in_any_common_shape_stops_the_run_at_preflight(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    status: int,
+    body: dict[str, object],
 ) -> None:
     class Guarded(ChatCompletions):
         def static_routes(self):  # type: ignore[no-untyped-def]
-            return {("GET", "/v1/models"): (401, self.error_body(401, "bad key"))}
+            return {("GET", "/v1/models"): (status, body)}
 
     with ScriptedServer(Guarded()) as guarded:
         run = model_task(tmp_path, guarded, monkeypatch)
         assert run.run() == 3
-    assert "refused the key (HTTP 401)" in refused(run.out, capsys)
+        assert guarded.stream_requests() == []  # no model call was spent
+    err = refused(run.out, capsys)
+    assert "the gateway refused the key" in err and f"HTTP {status}" in err
+    assert f"${KEY_ENV}" in err and "master_key" in err  # the fix names the variable
+
+
+def test_an_error_that_is_not_about_the_key_passes_preflight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server without /models (404) or that answers it oddly is still reachable."""
+
+    class NoModels(ChatCompletions):
+        def static_routes(self):  # type: ignore[no-untyped-def]
+            return {("GET", "/v1/models"): (404, {"error": {"message": "Not Found"}})}
+
+    with ScriptedServer(NoModels()) as plain:
+        run = model_task(tmp_path, plain, monkeypatch)
+        assert invoke(cli, ["dry-run", str(run.spec)]) == 0
 
 
 def test_openai_without_a_model_and_with_the_sdk_variables(

@@ -17,6 +17,7 @@ from code_runner import config
 from code_runner.agents.model.budget import Budget
 from code_runner.agents.model.client import OpenAIChatClient, effective_base_url, probe
 from code_runner.agents.model.loop import ModelLoopAgent
+from code_runner.agents.model.refusal import KEY_REFUSED, key_fix
 from code_runner.agents.model.transcript import TRANSCRIPT_VERSION, ModelClient, Transcript
 from code_runner.errors import PreflightError
 
@@ -83,6 +84,11 @@ def from_arg(
             "remove cost_per_run_usd.",
         )
     problem = probe(settings, key, timeout_s=PROBE_TIMEOUT_S)
+    if problem is not None and problem.startswith(KEY_REFUSED):
+        raise PreflightError(
+            f"backend {name!r}: {problem}.",
+            fix=key_fix(settings.api_key_env, effective_base_url(settings)),
+        )
     if problem is not None:
         raise PreflightError(
             f"backend {name!r}: {problem}.",

@@ -34,6 +34,7 @@ from typing import Any
 import openai
 
 from code_runner.agents.model.chunks import Accumulator
+from code_runner.agents.model.refusal import KEY_REFUSED, key_fix, key_refused, refusal_text
 from code_runner.agents.model.stream_guard import (
     EVIDENCE_BYTES,
     MalformedStream,
@@ -52,6 +53,7 @@ from code_runner.config import OpenAIBackend
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_PROBE_BODY_BYTES = 4096  # of an error answer to the probe: enough for its message
 
 
 def effective_base_url(settings: OpenAIBackend) -> str:
@@ -306,6 +308,8 @@ class OpenAIChatClient:
             FailureKind.RESPONSE_TOO_LARGE: "lower max_tokens for this backend, or raise "
             "max_response_bytes if answers this large are expected.",
         }.get(failure.kind, "check the server's health; raise retries for a flaky gateway.")
+        if failure.message.startswith(KEY_REFUSED):
+            fix = key_fix(self.settings.api_key_env, self.base_url)
         return ModelError(
             failure.kind,
             f"model call to {where} failed{tried}: {failure.message}",
@@ -339,6 +343,13 @@ def _check_content_type(response: Any, guard: StreamGuard) -> None:
 def _status_failure(exc: openai.APIStatusError) -> _Failure:
     status = exc.status_code
     message = _server_message(exc)
+    if key_refused(status, message):
+        return _Failure(
+            FailureKind.HTTP_STATUS,
+            f"{KEY_REFUSED} (HTTP {status}: {message})",
+            status=status,
+            retryable=False,
+        )
     retryable = status in _RETRY_STATUSES or status >= 500
     return _Failure(
         FailureKind.HTTP_STATUS,
@@ -389,8 +400,9 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
 def probe(settings: OpenAIBackend, api_key: str | None, *, timeout_s: float = 3.0) -> str | None:
     """Does the endpoint answer? None if it does; else what went wrong, in words.
 
-    GET {base_url}/models: any HTTP answer but 401/403 means reachable (some servers have
-    no /models); 401/403 means the key was refused.
+    GET {base_url}/models: any HTTP answer means reachable (some servers have no /models),
+    except one that refuses the key in any of its shapes (`refusal.key_refused`: a 401 or
+    403, or a LiteLLM proxy's 400 "No connected db."), which starts with `KEY_REFUSED`.
     """
     url = effective_base_url(settings) + "/models"
     request = urllib.request.Request(url, method="GET")  # noqa: S310 - http(s) from config
@@ -404,12 +416,21 @@ def probe(settings: OpenAIBackend, api_key: str | None, *, timeout_s: float = 3.
         with urllib.request.urlopen(request, timeout=timeout_s):  # noqa: S310
             return None
     except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            return f"{url} refused the key (HTTP {exc.code})"
+        body = _error_body(exc)
+        if key_refused(exc.code, body):
+            said = refusal_text(body)
+            return f"{KEY_REFUSED} (GET {url}: HTTP {exc.code}" + (f", {said!r})" if said else ")")
         return None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return f"{url} does not answer ({reason})"
+
+
+def _error_body(exc: urllib.error.HTTPError) -> str:
+    try:
+        return exc.read(_PROBE_BODY_BYTES).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
 
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatClient", "effective_base_url", "probe", "retry_after_s"]
