@@ -430,8 +430,7 @@ class TaskRun:
                 "title": spec.title,
                 "status": ending.status,
                 "reason": ending.reason,
-                # applied only after it passed
-                "dod_passed": ending.passed or self.applied is not None,
+                "dod_passed": ending.passed or self.applied is not None,  # applied: it passed
                 "error": ending.error,
                 "backend": spec.backend,
                 "base": self.pre.base,
@@ -453,7 +452,7 @@ class TaskRun:
                 "dropped_changes": loop.dropped if loop else [],
                 "sandbox": self._sandbox_posture(),
                 "round_details": rounds,
-                **_usage_field(rounds),
+                "usage": run_usage(rounds),
                 "apply_to_source": spec.apply_to_source,
                 **self._apply_fields(),
                 "started_at": clock.iso(started_at),
@@ -462,11 +461,6 @@ class TaskRun:
                 "record_files": self.record.paths.record_files(),
             }
         )
-
-
-def _usage_field(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    usage = run_usage(rounds)
-    return {"usage": usage.model_dump(mode="json")} if usage is not None else {}
 
 
 def run_task(
