@@ -29,7 +29,9 @@ def _task_summary(lines: tuple[dict[str, Any], ...]) -> str:
     """The `summarize` view of each item's final run."""
     runs: list[summary.RunLine] = []
     for line in lines:
-        root = Path(str(line.get("attempt_dir") or "")) / "run"
+        if not line.get("attempt_dir"):
+            continue
+        root = Path(str(line["attempt_dir"])) / "run"
         if root.is_dir():
             runs.extend(summary.collect(root)[0])
     if not runs:
