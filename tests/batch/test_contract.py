@@ -27,7 +27,9 @@ from tests.helpers.tasks import calc_repo, fingerprint
 pytestmark = pytest.mark.integration
 
 
-def request(items: Path, run_dir: Path, engine: str, address: str | None, **extra: object) -> BatchRequest:
+def request(
+    items: Path, run_dir: Path, engine: str, address: str | None, **extra: object
+) -> BatchRequest:
     return BatchRequest(
         batch=load_items(items),
         run_dir=run_dir,
@@ -82,7 +84,11 @@ def test_a_timed_out_item_leaves_no_process(work: Path, engine: str, address: st
     source = calc_repo(work)
     marker = f"{30 + (os.getpid() % 1000) / 1000:.3f}"
     task_specs(
-        work / "specs", source, 1, prefix="slow", before=[f"setsid sleep {marker}1 & sleep {marker}"]
+        work / "specs",
+        source,
+        1,
+        prefix="slow",
+        before=[f"setsid sleep {marker}1 & sleep {marker}"],
     )
     outcome = run_batch(
         request(work / "specs", work / "run", engine, address, task_timeout_s=2.0, grace_s=1.0)
@@ -105,7 +111,7 @@ def cli(*args: str) -> subprocess.Popen[bytes]:
 
 def test_resume_after_the_driver_is_sigkilled(work: Path, engine: str, address: str | None) -> None:
     source = calc_repo(work)
-    ids = task_specs(work / "specs", source, 6, prefix="r", before=["sleep 1"])
+    ids = task_specs(work / "specs", source, 4, prefix="r", before=["sleep 0.5"])
     where = ["--engine", engine, *(["--address", address] if address else [])]
     args = [str(work / "specs"), "--slots", "2", "--run-dir", str(work / "run"), *where]
     driver = cli(*args)
@@ -132,11 +138,19 @@ def test_resume_after_the_driver_is_sigkilled(work: Path, engine: str, address: 
 
 
 def test_a_sweep_of_exec_runs(work: Path, engine: str, address: str | None) -> None:
-    sweep = sweep_file(work, [0.5, 0.25], [1, 2])
+    sweep = sweep_file(work, [0.5, 0.25], [1, 2])  # four cells, each one `exec` run
     where = ["--engine", engine, *(["--address", address] if address else [])]
     done = subprocess.run(
-        [sys.executable, "-m", "code_runner", "batch", str(sweep), "--run-dir", str(work / "run"),
-         *where],
+        [
+            sys.executable,
+            "-m",
+            "code_runner",
+            "batch",
+            str(sweep),
+            "--run-dir",
+            str(work / "run"),
+            *where,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -48,7 +48,9 @@ def source_from_bundle(data: bytes, label: str) -> Path:
             bundle.write_bytes(data)
             repo_dir.mkdir()
             repo = git.init(repo_dir)
-            repo.run("fetch", "--quiet", "--update-head-ok", str(bundle), "+refs/heads/*:refs/heads/*")
+            repo.run(
+                "fetch", "--quiet", "--update-head-ok", str(bundle), "+refs/heads/*:refs/heads/*"
+            )
             head = repo.out("bundle", "list-heads", str(bundle), "HEAD").split()[0]
             repo.run("checkout", "--quiet", "--detach", head)
             (root / "label").write_text(label)

@@ -123,9 +123,13 @@ class Driver:
     def _record(self, completion: Completion) -> None:
         running = self._running.pop(completion.handle.key, None)
         result: ItemResult = completion.result
-        if running is not None and running.stop is not None and (
-            result.status in (ItemStatus.CANCELLED, ItemStatus.INFRA_ERROR)
-            or running.stop is ItemStatus.TIMEOUT
+        if (
+            running is not None
+            and running.stop is not None
+            and (
+                result.status in (ItemStatus.CANCELLED, ItemStatus.INFRA_ERROR)
+                or running.stop is ItemStatus.TIMEOUT
+            )
         ):
             # the driver's cancel is authoritative: a late value of a cancelled item is ignored
             reason = "the task timeout passed" if running.stop is ItemStatus.TIMEOUT else "stopped"

@@ -77,6 +77,4 @@ def make_engine(name: str, options: EngineOptions) -> Engine:
         from code_runner.batch.ray_engine import RayEngine
 
         return RayEngine(options)
-    raise UsageError(
-        f"unknown engine {name!r}", fix=f"choose one of: {', '.join(ENGINES)}"
-    )
+    raise UsageError(f"unknown engine {name!r}", fix=f"choose one of: {', '.join(ENGINES)}")

@@ -9,8 +9,8 @@ spec (or argv) to run and the directory its relative paths are anchored in.
 from __future__ import annotations
 
 import itertools
-import os
 import json
+import os
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
@@ -171,8 +171,11 @@ def _from_sweep(path: Path, data: dict[Any, object]) -> tuple[list[Item], list[s
     cells, grid_problems = _grid_cells(data.get("grid"))
     problems += grid_problems
     unknown = sorted(str(k) for k in data if k not in ("command", "grid", "cwd", *SWEEP_OPTIONS))
-    problems += [f"unknown field {name!r}; sweep fields: command, grid, cwd, timeout, success, "
-                 "expect, type, grace" for name in unknown]
+    problems += [
+        f"unknown field {name!r}; sweep fields: command, grid, cwd, timeout, success, "
+        "expect, type, grace"
+        for name in unknown
+    ]
     cwd = anchored_path(str(data.get("cwd") or "."), path.parent, what="the sweep's cwd")
     items: list[Item] = []
     for index, cell in enumerate(cells):
@@ -192,8 +195,11 @@ def _duplicates(items: list[Item]) -> list[str]:
     seen: dict[str, int] = {}
     for item in items:
         seen[item.item_id] = seen.get(item.item_id, 0) + 1
-    return [f"item id {name!r} is used {n} times; ids must be unique" for name, n in seen.items()
-            if n > 1]
+    return [
+        f"item id {name!r} is used {n} times; ids must be unique"
+        for name, n in seen.items()
+        if n > 1
+    ]
 
 
 def load_items(path: Path) -> Batch:
@@ -206,7 +212,9 @@ def load_items(path: Path) -> Batch:
     if path.is_dir():
         items, problems = _from_directory(path)
     elif path.suffix.lower() == ".jsonl":
-        text, problems = read_text_file(path, what="a JSONL of task specs", max_bytes=MAX_ITEMS_BYTES)
+        text, problems = read_text_file(
+            path, what="a JSONL of task specs", max_bytes=MAX_ITEMS_BYTES
+        )
         items = []
         if text is not None:
             items, problems = _from_jsonl(path, text)

@@ -57,8 +57,9 @@ class LocalEngine:
             result = future.result()
         else:
             result = ItemResult(
-                handle.item.item_id, ItemStatus.INFRA_ERROR, error=f"{type(error).__name__}: "
-                f"{error}"
+                handle.item.item_id,
+                ItemStatus.INFRA_ERROR,
+                error=f"{type(error).__name__}: {error}",
             )
         with self._lock:
             self._running.discard(handle.key)

@@ -92,7 +92,7 @@ class RayEngine:
             ray.init(address=self.options.address, logging_level="ERROR", log_to_driver=False)
             return
         # a Unix socket path must stay short: a temp dir of our own under /tmp
-        self._temp_dir = tempfile.mkdtemp(prefix="crray-", dir="/tmp")  # noqa: S108
+        self._temp_dir = tempfile.mkdtemp(prefix="crray-", dir="/tmp")
         ray.init(
             num_cpus=max(1, os.cpu_count() or 1),
             resources={SLOT_RESOURCE: self.options.slots},
@@ -112,7 +112,7 @@ class RayEngine:
             raise EnvironmentProblem(
                 f"the Ray cluster at {where} declares no {SLOT_RESOURCE} resource, so no item "
                 "could ever be scheduled",
-                fix=f"start each node with `ray start ... --resources='{{\"{SLOT_RESOURCE}\": "
+                fix=f'start each node with `ray start ... --resources=\'{{"{SLOT_RESOURCE}": '
                 "8}'` (8: the items that node may run at once)",
             )
         return slots

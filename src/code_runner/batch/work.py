@@ -219,7 +219,13 @@ def _outcome(item: Item, try_dir: Path, started: float, exit_code: int) -> ItemR
     }
     status = _TASK_STATUS.get(result.status, ItemStatus.ERROR)
     return _result(
-        item, try_dir, started, status, exit_code, summary=summary, patch=patch,
+        item,
+        try_dir,
+        started,
+        status,
+        exit_code,
+        summary=summary,
+        patch=patch,
         error=result.error or "",
     )
 
@@ -231,8 +237,8 @@ def _exec_outcome(item: Item, try_dir: Path, started: float, exit_code: int) -> 
         return _result(
             item, try_dir, started, ItemStatus.ERROR, exit_code, error=_child_error(try_dir)
         )
-    summary = {
-        key: data.get(key) for key in ("state", "success", "exit_code", "duration_s")
-    } | {"cell": item.spec.get("cell", {})}
+    summary = {key: data.get(key) for key in ("state", "success", "exit_code", "duration_s")} | {
+        "cell": item.spec.get("cell", {})
+    }
     status = ItemStatus.PASSED if data.get("success") else ItemStatus.FAILED
     return _result(item, try_dir, started, status, exit_code, summary=summary)

@@ -52,7 +52,8 @@ def _sweep_summary(lines: tuple[dict[str, Any], ...]) -> str:
     dirs = [
         Path(str(line["attempt_dir"])) / "run"
         for line in lines
-        if line.get("attempt_dir") and (Path(str(line["attempt_dir"])) / "run/result.json").is_file()
+        if line.get("attempt_dir")
+        and (Path(str(line["attempt_dir"])) / "run/result.json").is_file()
     ]
     return render_compare_table(compare_runs(dirs)) if dirs else "no sweep cell finished"
 
@@ -60,19 +61,41 @@ def _sweep_summary(lines: tuple[dict[str, Any], ...]) -> str:
 @click.command("batch")
 @click.argument("items_path", metavar="ITEMS", type=click.Path(path_type=Path, exists=True))
 @click.option("--engine", type=click.Choice(batch.ENGINES), default="local", show_default=True)
-@click.option("--slots", type=click.IntRange(1, 256), default=2, show_default=True,
-              help="Items at once (local); for ray, the slots of a cluster it starts itself.")
-@click.option("--address", metavar="auto|HOST:PORT",
-              help="Ray: connect to this cluster (default: start a local one on 127.0.0.1).")
+@click.option(
+    "--slots",
+    type=click.IntRange(1, 256),
+    default=2,
+    show_default=True,
+    help="Items at once (local); for ray, the slots of a cluster it starts itself.",
+)
+@click.option(
+    "--address",
+    metavar="auto|HOST:PORT",
+    help="Ray: connect to this cluster (default: start a local one on 127.0.0.1).",
+)
 @click.option("--task-timeout", metavar="DURATION", help="Cancel an item after this, e.g. 30m.")
-@click.option("--grace", metavar="DURATION", default="5s", show_default=True,
-              help="From a cancel to a forced stop.")
-@click.option("--max-retries", type=click.IntRange(0, 10), default=1, show_default=True,
-              help="Re-runs of an item whose worker or machine died (never of a failed agent).")
+@click.option(
+    "--grace",
+    metavar="DURATION",
+    default="5s",
+    show_default=True,
+    help="From a cancel to a forced stop.",
+)
+@click.option(
+    "--max-retries",
+    type=click.IntRange(0, 10),
+    default=1,
+    show_default=True,
+    help="Re-runs of an item whose worker or machine died (never of a failed agent).",
+)
 @click.option("--resume", is_flag=True, help="Skip finished items; re-run the rest.")
-@click.option("--run-dir", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("code-runner-batch"), show_default=True,
-              help="Where results.jsonl and each item's record go (shared path for a cluster).")
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("code-runner-batch"),
+    show_default=True,
+    help="Where results.jsonl and each item's record go (shared path for a cluster).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every item's result as JSON.")
 def batch_command(
     items_path: Path,
