@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from code_runner.batch.driver import Driver, DriverOptions
-from code_runner.batch.engine import EngineOptions, make_engine
+from code_runner.batch.engine import EngineOptions
 from code_runner.batch.items import load_items
 from code_runner.batch.results import ResultsLog
+from code_runner.batch.session import make_engine
 
 
 def sweep(root: Path, count: int, seconds: float) -> Path:

@@ -88,3 +88,22 @@ def test_ray_without_an_address_starts_a_local_ray_and_leaves_no_process(tmp_pat
     assert done.returncode == 0, done.stderr
     assert {line["status"] for line in results(tmp_path / "run")} == {"passed"}
     assert set(wait_until_gone("/tmp/crray-")) <= before
+
+
+def test_a_ray_cluster_without_the_slot_resource_is_a_preflight_error(tmp_path: Path) -> None:
+    probe = (
+        "from pathlib import Path\n"
+        "from code_runner.batch import EngineOptions, make_engine\n"
+        "from code_runner.errors import EnvironmentProblem\n"
+        "try:\n"
+        f"    make_engine('ray', EngineOptions(run_dir=Path({str(tmp_path)!r}), slots=0))\n"
+        "except EnvironmentProblem as exc:\n"
+        "    print(exc.render())\n"
+    )
+    before = set(processes_with("/tmp/crray-"))
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert "declares no code_runner_slot resource" in done.stdout, done.stderr
+    assert "--resources='{\"code_runner_slot\": 8}'" in done.stdout
+    assert set(wait_until_gone("/tmp/crray-")) <= before  # the Ray it started is stopped

@@ -7,11 +7,11 @@ imported only when chosen) keep; `driver` owns `results.jsonl`, timeouts and Ctr
 `progress` is the live view; `session.run_batch` is one whole batch.
 """
 
-from code_runner.batch.engine import ENGINES, Completion, Engine, EngineOptions, Handle, make_engine
+from code_runner.batch.engine import ENGINES, Completion, Engine, EngineOptions, Handle
 from code_runner.batch.items import Batch, Item, ItemKind, load_items
 from code_runner.batch.progress import Progress
 from code_runner.batch.results import ItemResult, ItemStatus, ResultsLog
-from code_runner.batch.session import BatchOutcome, BatchRequest, run_batch
+from code_runner.batch.session import BatchOutcome, BatchRequest, make_engine, run_batch
 from code_runner.batch.work import Cancel, run_item
 
 __all__ = [

@@ -17,7 +17,6 @@ from typing import Protocol
 
 from code_runner.batch.items import Item
 from code_runner.batch.results import ItemResult
-from code_runner.errors import UsageError
 
 ENGINES = ("local", "ray")
 
@@ -65,16 +64,3 @@ class EngineOptions:
     slots: int
     max_retries: int = 1
     address: str | None = None
-
-
-def make_engine(name: str, options: EngineOptions) -> Engine:
-    """The engine called `name`; an unknown name lists the choices."""
-    if name == "local":
-        from code_runner.batch.local import LocalEngine
-
-        return LocalEngine(options)
-    if name == "ray":
-        from code_runner.batch.ray_engine import RayEngine
-
-        return RayEngine(options)
-    raise UsageError(f"unknown engine {name!r}", fix=f"choose one of: {', '.join(ENGINES)}")

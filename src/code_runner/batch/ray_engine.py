@@ -72,6 +72,9 @@ class RayEngine:
         os.environ.update(RAY_ENV)
         self._temp_dir: str | None = None
         self._owned = False
+        self._bundles: dict[str, Any] = {}
+        self._flights: dict[int, _Flight] = {}
+        self._next = 0
         self._connect()
         self._capacity = self._preflight()
         self._remote = self.ray.remote(
@@ -80,9 +83,6 @@ class RayEngine:
             max_retries=options.max_retries,
             retry_exceptions=False,
         )(ray_item)
-        self._bundles: dict[str, Any] = {}
-        self._flights: dict[int, _Flight] = {}
-        self._next = 0
 
     def _connect(self) -> None:
         ray = self.ray
@@ -158,9 +158,10 @@ class RayEngine:
             time.sleep(min(timeout_s, 0.05))
             return
         by_ref = {flight.ref: key for key, flight in self._flights.items()}
-        ready, _ = self.ray.wait(
-            list(by_ref), num_returns=len(by_ref), timeout=timeout_s, fetch_local=True
-        )
+        ready, waiting = self.ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
+        if ready and waiting:  # and whatever else is done by now
+            more, _ = self.ray.wait(waiting, num_returns=len(waiting), timeout=0)
+            ready += more
         for ref in ready:
             flight = self._flights.pop(by_ref[ref])
             yield self._completion(flight)

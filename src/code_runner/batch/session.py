@@ -9,11 +9,24 @@ from pathlib import Path
 from typing import Any
 
 from code_runner.batch.driver import Driver, DriverOptions
-from code_runner.batch.engine import EngineOptions, make_engine
+from code_runner.batch.engine import ENGINES, Engine, EngineOptions
 from code_runner.batch.items import Batch, Item
 from code_runner.batch.progress import Progress
 from code_runner.batch.results import FINAL, ResultsLog
 from code_runner.errors import UsageError
+
+
+def make_engine(name: str, options: EngineOptions) -> Engine:
+    """The engine called `name` (Ray is imported only now); an unknown name lists the choices."""
+    if name == "local":
+        from code_runner.batch.local import LocalEngine
+
+        return LocalEngine(options)
+    if name == "ray":
+        from code_runner.batch.ray_engine import RayEngine
+
+        return RayEngine(options)
+    raise UsageError(f"unknown engine {name!r}", fix=f"choose one of: {', '.join(ENGINES)}")
 
 
 @dataclass(frozen=True)
