@@ -35,6 +35,7 @@ from code_runner.batch.session import make_engine
 
 
 def sweep(root: Path, count: int, seconds: float) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     path = root / f"sweep-{count}.json"
     path.write_text(
         json.dumps(

@@ -16,10 +16,9 @@ import threading
 import time
 from pathlib import Path
 
-from code_runner import proc, runner
+from code_runner import proc
 from code_runner.batch.items import Item, ItemKind
 from code_runner.errors import CodeRunnerError, Interrupted
-from code_runner.task import validate_spec_data
 
 WATCH_S = 0.2
 
@@ -36,6 +35,10 @@ def watch_parent(parent: int) -> None:
 
 
 def run_task(item: Item, try_dir: Path) -> int:
+    # imported here: a sweep cell's child never pays for the runner
+    from code_runner import runner
+    from code_runner.task import validate_spec_data
+
     data = {**item.spec, "output_dir": str(try_dir / "run")}
     spec = validate_spec_data(data, base_dir=Path(item.base_dir), source=item.item_id)
     pre = runner.preflight(spec, base_dir=Path(item.base_dir))

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,10 @@ class Snapshot:
 
 def current_round(run_dir: Path, item_id: str) -> int | None:
     """The round the item's newest try is in, from its run's status.json (None if unknown)."""
-    tries = sorted((run_dir / "items" / item_id).glob("try-*"), key=lambda p: p.stat().st_mtime)
+    tries = sorted(
+        (run_dir / "items" / item_id).glob("try-*"),
+        key=lambda p: int(p.name.removeprefix("try-") or 0),
+    )
     if not tries:
         return None
     for status in (tries[-1] / "run").glob("*.status.json"):
@@ -62,14 +66,15 @@ def _fmt_eta(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
-def render_table(snap: Snapshot) -> Table:
+def render_table(snap: Snapshot) -> Group:
+    """The counts and ETA on one line, then a row per busy slot."""
     title = (
         f"done {snap.done}  running {snap.running}  failed {snap.failed}  "
         f"queued {snap.queued}  ETA {_fmt_eta(snap.eta_s)}"
     )
     if snap.stopping:
-        title += f"  [yellow]{snap.stopping}[/]"
-    table = Table(title=title, title_justify="left", expand=False)
+        title += f"  ({snap.stopping})"
+    table = Table(expand=False)
     for column in ("slot", "item", "round", "elapsed"):
         table.add_column(column)
     for view in snap.slots:
@@ -79,7 +84,7 @@ def render_table(snap: Snapshot) -> Table:
             "-" if view.round is None else str(view.round),
             f"{view.elapsed_s:.0f} s",
         )
-    return table
+    return Group(Text(title), table)
 
 
 class Progress:
