@@ -110,11 +110,12 @@ def ray_head(root: Path, slots: int) -> Iterator[str]:
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     (root / "home").mkdir(parents=True, exist_ok=True)
-    ray = str(Path(sys.executable).parent / "ray")
     with (root / "ray.out").open("wb") as log:
         head = subprocess.Popen(
             [
-                ray,
+                sys.executable,
+                "-m",
+                "ray.scripts.scripts",
                 "start",
                 "--head",
                 "--block",
