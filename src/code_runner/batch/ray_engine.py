@@ -30,10 +30,15 @@ from code_runner.batch.work import run_item
 from code_runner.errors import EnvironmentProblem
 
 SLOT_RESOURCE = "code_runner_slot"
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+# read by Ray at import: a Ray of our own stays on the loopback address (not for a cluster)
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
-def _import_ray() -> Any:
+def _import_ray(address: str | None) -> Any:
+    os.environ.update(RAY_ENV)
+    if not address:
+        os.environ.update(LOOPBACK_ENV)
     try:
         import ray
     except ImportError:
@@ -68,8 +73,7 @@ class RayEngine:
 
     def __init__(self, options: EngineOptions) -> None:
         self.options = options
-        self.ray = _import_ray()
-        os.environ.update(RAY_ENV)
+        self.ray = _import_ray(options.address)
         self._temp_dir: str | None = None
         self._owned = False
         self._bundles: dict[str, Any] = {}
