@@ -55,12 +55,16 @@ class Driver:
     _running: dict[int, Running] = field(default_factory=dict)
     _failed: int = 0
     _done: int = 0
+    _attempts: dict[str, int] = field(default_factory=dict)  # lines per item so far
 
     def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
         self.stops += 1
 
     def run(self, todo: list[Item]) -> list[dict[str, Any]]:
         """Run `todo` to the end (or to a stop); the lines written to results.jsonl."""
+        for record in self.log.records():
+            key = str(record["item_id"])
+            self._attempts[key] = self._attempts.get(key, 0) + 1
         previous = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -134,7 +138,8 @@ class Driver:
             # the driver's cancel is authoritative: a late value of a cancelled item is ignored
             reason = "the task timeout passed" if running.stop is ItemStatus.TIMEOUT else "stopped"
             result = result.with_status(running.stop, reason)
-        attempt = 1 + sum(1 for r in self.log.records() if r["item_id"] == result.item_id)
+        attempt = self._attempts.get(result.item_id, 0) + 1
+        self._attempts[result.item_id] = attempt
         line = self.log.append(result, kind=completion.handle.item.kind.value, attempt=attempt)
         self.written.append(line)
         self._done += 1
