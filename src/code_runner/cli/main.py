@@ -32,6 +32,10 @@ COMMANDS: dict[str, Lazy] = {
         "code_runner.cli.supervise_cmd:attach_command",
         "Watch an agent CLI run live in its tmux pane (runs started with --tmux).",
     ),
+    "batch": Lazy(
+        "code_runner.cli.batch_cmd:batch_command",
+        "Run many task specs, or the cells of an exec sweep, on N slots or on Ray.",
+    ),
     "demo": Lazy(
         "code_runner.cli.demo_cmd:demo_command",
         "Build a sample repo with failing tests and fix it with the scripted backend.",

@@ -1,0 +1,244 @@
+"""The item function: the same code runs an item on every engine and returns `ItemResult`.
+
+It starts the item's child (`python -m code_runner.batch.child`) in a session of its own and
+polls it, so a cancel arrives within a fraction of a second: the local engine sets the
+`Cancel` flag, Ray raises KeyboardInterrupt (its soft cancel). Either way the child's whole
+tree is ended (SIGTERM, grace, SIGKILL; processes that left the group are found by token and
+by run id) before the function returns or raises. The child also watches its parent: if the
+worker dies (SIGKILL, a force cancel, a lost driver), the child interrupts itself and the
+run cleans up as any interrupted run does.
+
+Each try of an item gets a fresh directory `items/<id>/try-N`, so a retried try never mixes
+files with the one before. Two items on one source hold its lock shared; an item that applies
+to its source holds it alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from code_runner import dirs, proc
+from code_runner.batch.items import Item, ItemKind
+from code_runner.batch.results import MAX_INLINE_PATCH_BYTES, ItemResult, ItemStatus, WorkerLost
+from code_runner.errors import RecordError
+from code_runner.files import walk
+from code_runner.record import ResultStatus, load_result
+
+POLL_S = 0.1
+MAX_MANIFEST = 200
+RUN_ID_FILE = "run_id"
+
+
+@dataclass
+class Cancel:
+    """A cancel request the driver sets and the item function polls (the local engine's)."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    grace_s: float = proc.DEFAULT_GRACE_S
+
+    def request(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self.event.is_set()
+
+
+def new_try_dir(run_dir: Path, item_id: str) -> Path:
+    """`items/<id>/try-N` with the first free N, made atomically (retries race nothing)."""
+    parent = run_dir / "items" / item_id
+    parent.mkdir(parents=True, exist_ok=True)
+    number = 1
+    while True:
+        candidate = parent / f"try-{number}"
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            number += 1
+            continue
+        return candidate
+
+
+@contextlib.contextmanager
+def source_lock(source: str | None, *, exclusive: bool, cancel: Cancel) -> Iterator[None]:
+    """Hold the source's batch lock: shared, or alone for an item that writes its source."""
+    if source is None:
+        yield
+        return
+    key = hashlib.sha256(os.path.realpath(source).encode()).hexdigest()[:24]
+    path = dirs.locks_dir() / f"batch-source-{key}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if cancel.requested:
+                    raise WorkerLost("cancelled while waiting for the source lock") from None
+                time.sleep(POLL_S)
+        yield
+    finally:
+        os.close(fd)
+
+
+def child_argv(item: Item, try_dir: Path, source_override: Path | None) -> list[str]:
+    item_path = try_dir / "item.json"
+    data = item.to_dict()
+    if source_override is not None:
+        data["spec"] = {**data["spec"], "cwd": str(source_override)}
+    item_path.write_text(json.dumps(data))
+    return [sys.executable, "-m", "code_runner.batch.child", str(item_path), str(try_dir)]
+
+
+def _end(process: proc.Process, try_dir: Path, grace_s: float) -> None:
+    """End the child's tree, then whatever its run left that carries its run id."""
+    process.kill_tree(grace_s)
+    with contextlib.suppress(OSError):
+        run_id = (try_dir / RUN_ID_FILE).read_text().strip()
+        if run_id:
+            proc.kill_run_processes(run_id, grace_s=grace_s)
+
+
+def run_item(
+    item: Item,
+    run_dir: Path,
+    cancel: Cancel | None = None,
+    *,
+    source_override: Path | None = None,
+) -> ItemResult:
+    """Run one item to its end in a child process; its result. Raises only `WorkerLost`
+    (the child was killed by someone else) or the interrupt that cancels it."""
+    cancel = cancel or Cancel()
+    started = time.monotonic()
+    try_dir = new_try_dir(run_dir, item.item_id)
+    with source_lock(item.source, exclusive=item.writes_source, cancel=cancel):
+        process = proc.spawn(
+            child_argv(item, try_dir, source_override),
+            cwd=try_dir,
+            env=os.environ,
+            stdout_path=try_dir / "child.out",
+            stderr_path=try_dir / "child.err",
+        )
+        try:
+            while process.poll() is None:
+                if cancel.requested:
+                    _end(process, try_dir, cancel.grace_s)
+                    return _result(item, try_dir, started, ItemStatus.CANCELLED, None)
+                time.sleep(POLL_S)
+        except BaseException:
+            _end(process, try_dir, cancel.grace_s)
+            raise
+        raw = process.returncode
+        _end(process, try_dir, 0.5)
+    if raw is not None and raw < 0:
+        raise WorkerLost(f"the item's process was killed by signal {-raw}")
+    return _outcome(item, try_dir, started, proc.exit_code_of(raw or 0))
+
+
+def _manifest(try_dir: Path) -> tuple[str, ...]:
+    found: list[str] = []
+    for dirpath, _dirs, names in walk(try_dir):
+        found.extend(str(Path(dirpath, n).relative_to(try_dir)) for n in sorted(names))
+        if len(found) >= MAX_MANIFEST:
+            break
+    return tuple(found[:MAX_MANIFEST])
+
+
+def _result(
+    item: Item,
+    try_dir: Path,
+    started: float,
+    status: ItemStatus,
+    exit_code: int | None,
+    **extra: Any,
+) -> ItemResult:
+    return ItemResult(
+        item_id=item.item_id,
+        status=status,
+        exit_code=exit_code,
+        duration_s=round(time.monotonic() - started, 3),
+        attempt_dir=str(try_dir),
+        manifest=_manifest(try_dir),
+        node=socket.gethostname(),
+        pid=os.getpid(),
+        **extra,
+    )
+
+
+_TASK_STATUS = {
+    ResultStatus.PASSED: ItemStatus.PASSED,
+    ResultStatus.ALREADY_SATISFIED: ItemStatus.PASSED,
+    ResultStatus.FAILED: ItemStatus.FAILED,
+    ResultStatus.INTERRUPTED: ItemStatus.CANCELLED,
+}
+
+
+def _child_error(try_dir: Path) -> str:
+    text = ""
+    with contextlib.suppress(OSError):
+        text = (try_dir / "child.err").read_text(errors="replace")
+    return text.strip()[-2000:]
+
+
+def _outcome(item: Item, try_dir: Path, started: float, exit_code: int) -> ItemResult:
+    if item.kind is ItemKind.EXEC:
+        return _exec_outcome(item, try_dir, started, exit_code)
+    task_id = str(item.spec.get("task_id"))
+    try:
+        result = load_result(try_dir / "run" / f"{task_id}.result.json")
+    except RecordError:
+        return _result(
+            item, try_dir, started, ItemStatus.ERROR, exit_code, error=_child_error(try_dir)
+        )
+    patch: bytes | None = None
+    if result.patch_artifact:
+        with contextlib.suppress(OSError):
+            data = Path(result.patch_artifact).read_bytes()
+            patch = data if len(data) <= MAX_INLINE_PATCH_BYTES else None
+    summary = {
+        "status": result.status.value,
+        "reason": result.reason.value,
+        "rounds": result.rounds,
+        "best_score": result.best_score,
+    }
+    status = _TASK_STATUS.get(result.status, ItemStatus.ERROR)
+    return _result(
+        item,
+        try_dir,
+        started,
+        status,
+        exit_code,
+        summary=summary,
+        patch=patch,
+        error=result.error or "",
+    )
+
+
+def _exec_outcome(item: Item, try_dir: Path, started: float, exit_code: int) -> ItemResult:
+    try:
+        data = json.loads((try_dir / "run" / "result.json").read_text())
+    except (OSError, ValueError):
+        return _result(
+            item, try_dir, started, ItemStatus.ERROR, exit_code, error=_child_error(try_dir)
+        )
+    summary = {key: data.get(key) for key in ("state", "success", "exit_code", "duration_s")} | {
+        "cell": item.spec.get("cell", {})
+    }
+    status = ItemStatus.PASSED if data.get("success") else ItemStatus.FAILED
+    return _result(item, try_dir, started, status, exit_code, summary=summary)

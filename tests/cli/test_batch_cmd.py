@@ -1,0 +1,109 @@
+"""`code-runner batch` as a person runs it: bad input, Ctrl-C, a Ray it starts itself."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.batch import processes_with, results, task_specs, wait_until_gone
+from tests.helpers.tasks import calc_repo, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_bad_items_are_a_usage_error_with_every_problem(tmp_path: Path) -> None:
+    (tmp_path / "items.jsonl").write_text('{"task_id": "a"}\n{"task_id": "a"}\nnope\n')
+    done = run_cli("batch", str(tmp_path / "items.jsonl"), "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2
+    assert "'a' is used 2 times" in done.stderr and "line 3: not JSON" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_second_batch_in_one_run_dir_needs_resume(tmp_path: Path) -> None:
+    source = calc_repo(tmp_path)
+    task_specs(tmp_path / "specs", source, 1)
+    args = ["batch", str(tmp_path / "specs"), "--run-dir", str(tmp_path / "run")]
+    assert run_cli(*args).returncode == 0
+    again = run_cli(*args)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = run_cli(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(results(tmp_path / "run")) == 1
+
+
+def test_ctrl_c_stops_the_running_items_cleanly_and_resume_finishes_them(tmp_path: Path) -> None:
+    source = calc_repo(tmp_path)
+    marker = "30.4242"
+    task_specs(tmp_path / "specs", source, 3, before=[f"sleep {marker}"])
+    args = ["batch", str(tmp_path / "specs"), "--run-dir", str(tmp_path / "run"), "--grace", "2s"]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "code_runner", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while len(processes_with(f"sleep {marker}")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = time.monotonic()
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 130, err
+    assert time.monotonic() - started < 20
+    assert "no new items" in err.decode()
+    lines = results(tmp_path / "run")
+    assert sorted(line["status"] for line in lines) == ["cancelled", "cancelled"]  # t02 never ran
+    assert wait_until_gone(marker) == []
+    for spec in (tmp_path / "specs").glob("t*.json"):
+        if not spec.name.endswith(".script.json"):
+            text = spec.read_text().replace(f"sleep {marker}", "true")
+            spec.write_text(text)
+    resumed = run_cli(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    final = {line["item_id"]: line["status"] for line in results(tmp_path / "run")}
+    assert final == {"t00": "passed", "t01": "passed", "t02": "passed"}
+
+
+def test_ray_without_an_address_starts_a_local_ray_and_leaves_no_process(tmp_path: Path) -> None:
+    source = calc_repo(tmp_path)
+    task_specs(tmp_path / "specs", source, 2)
+    before = set(processes_with("/tmp/crray-"))
+    done = run_cli(
+        "batch",
+        str(tmp_path / "specs"),
+        "--engine",
+        "ray",
+        "--slots",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    assert {line["status"] for line in results(tmp_path / "run")} == {"passed"}
+    assert set(wait_until_gone("/tmp/crray-")) <= before
+
+
+def test_a_ray_cluster_without_the_slot_resource_is_a_preflight_error(tmp_path: Path) -> None:
+    probe = (
+        "from pathlib import Path\n"
+        "from code_runner.batch import EngineOptions, make_engine\n"
+        "from code_runner.errors import EnvironmentProblem\n"
+        "try:\n"
+        f"    make_engine('ray', EngineOptions(run_dir=Path({str(tmp_path)!r}), slots=0))\n"
+        "except EnvironmentProblem as exc:\n"
+        "    print(exc.render())\n"
+    )
+    before = set(processes_with("/tmp/crray-"))
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert "declares no code_runner_slot resource" in done.stdout, done.stderr
+    assert "--resources='{\"code_runner_slot\": 8}'" in done.stdout
+    assert set(wait_until_gone("/tmp/crray-")) <= before  # the Ray it started is stopped
