@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from code_runner.batch.ray_engine import LOOPBACK_ENV
 from tests.helpers.tasks import FIXED_ADD, PY, cmd, write, write_task
 
 QUICK_DOD = "grep -q 'return a - b' calc.py"  # no interpreter to start: short items
@@ -108,6 +109,7 @@ def ray_head(root: Path, slots: int) -> Iterator[str]:
         "HOME": str(root / "home"),
         "CODE_RUNNER_STATE_DIR": str(root / "state"),
         "RAY_USAGE_STATS_ENABLED": "0",
+        **LOOPBACK_ENV,  # every port of the head on 127.0.0.1, as code-runner's own Ray
     }
     (root / "home").mkdir(parents=True, exist_ok=True)
     with (root / "ray.out").open("wb") as log:
