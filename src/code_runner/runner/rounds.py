@@ -7,22 +7,18 @@ here from real git state and real exit codes."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import psutil
 
 from code_runner import apply, proc, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
 from code_runner.errors import CodeRunnerError, DiskBudgetExceeded, Interrupted, PreflightError
 from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
+from code_runner.runner.leftovers import end_agent_processes, own_descendants
 from code_runner.sandbox import Session
 from code_runner.task import TaskSpec
 from code_runner.task.paths import Allowlist
@@ -132,39 +128,6 @@ def _round_ending(last: RoundResult) -> Ending | None:
     return None
 
 
-def _is_agents(candidate: psutil.Process, run_id: str, root: Path) -> bool:
-    """A descendant of the runner that belongs to this run's agent: it carries the run's id,
-    shed every marker the runner gives its children, or works inside the workspace."""
-    try:
-        env = candidate.environ()
-        if env.get(proc.RUN_ID_ENV) == run_id:
-            return True
-        if proc.TOKEN_ENV not in env and proc.RUN_ID_ENV not in env:
-            return True
-        cwd = Path(candidate.cwd())
-    except (psutil.Error, OSError):
-        return False
-    return cwd == root or root in cwd.parents
-
-
-def end_agent_processes(run_id: str, root: Path, grace_s: float = 1.0) -> list[int]:
-    """Kill every process the agent left (daemons, `setsid env -i` escapees): the runner is
-    a child subreaper, so each is its descendant. Returns the pids killed."""
-    try:
-        candidates = psutil.Process(os.getpid()).children(recursive=True)
-    except psutil.Error:
-        return []
-    victims = [c for c in candidates if _is_agents(c, run_id, root)]
-    for victim in victims:
-        with contextlib.suppress(psutil.Error):
-            victim.kill()
-    psutil.wait_procs(victims, timeout=grace_s)
-    for gone in victims:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(gone.pid, os.WNOHANG)
-    return sorted(v.pid for v in victims)
-
-
 def apply_ending(outcome: apply.ApplyOutcome) -> Ending | None:
     """How the apply step ends a run whose DoD passed; None when it landed."""
     if outcome.ok:
@@ -201,6 +164,8 @@ class RoundLoop:
     item_mode: bool = False
     allowlist: Allowlist | None = None
     skills: tuple[Skill, ...] = ()  # named skills, read once at the run's start
+    # the host program's own children when the loop began: never taken for the agent's
+    host_children: frozenset[tuple[int, float]] = field(default_factory=lambda: own_descendants())
 
     @property
     def policy(self) -> Allowlist:
@@ -448,7 +413,7 @@ class RoundLoop:
         return verdict
 
     def _end_agent_processes(self) -> list[int]:
-        return end_agent_processes(self.ws.run_id, self.ws.root)
+        return end_agent_processes(self.ws.run_id, self.ws.root, before=self.host_children)
 
     def _over_budget(self) -> bool:
         """Asked while a command or the DoD runs: True kills it, and `_check_disk` after
@@ -494,6 +459,5 @@ __all__ = [
     "RoundLoop",
     "RoundResult",
     "apply_ending",
-    "end_agent_processes",
     "ending",
 ]
