@@ -35,9 +35,14 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
 def _import_ray(address: str | None) -> Any:
     os.environ.update(RAY_ENV)
-    if not address:
+    if not address or _is_loopback(address):  # a cluster on this machine only: stay on it
         os.environ.update(LOOPBACK_ENV)
     try:
         import ray
