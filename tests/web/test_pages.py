@@ -136,7 +136,7 @@ def test_the_stop_button_stops_a_running_exec(tmp_path: Path) -> None:
             running.kill()
             running.wait()
     result = json.loads((run_dir / "result.json").read_text())
-    assert result["interrupted"] is True and result["state"] == "killed"
+    assert result["interrupted"] is True and result["state"] == "stopped_by_user"
     assert result["duration_s"] < 50 and "SIGTERM" in result["stop_reason"]
     again = http.post("/act/exec/stop/0/long", headers={"X-CSRF-Token": guard.csrf})
     assert "already finished" in again.text
