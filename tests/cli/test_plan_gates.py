@@ -163,7 +163,9 @@ def test_stop_then_resume_and_a_second_run_is_refused_before_writing(tmp_path: P
         assert proc.wait(timeout=60) == 1
         seen, _ = watch.communicate(timeout=60)
         lines = [json.loads(line)["status"] for line in seen.splitlines()]
-        assert lines[0] == "running" and lines[-1] == "paused" and watch.returncode == 0
+        # the watch may start after the stop settled: then it shows only the end
+        assert set(lines) <= {"running", "paused"} and lines[-1] == "paused"
+        assert watch.returncode == 0
     finally:
         proc.kill()
     status = status_of(plan_cli("status", plan_id, "--json").stdout)
