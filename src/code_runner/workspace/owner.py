@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import subprocess
 from pathlib import Path
+
+from code_runner import proc
 
 _CAPS = "+dac_override,+dac_read_search,+fowner"
 
@@ -42,11 +43,8 @@ def _setpriv() -> str | None:
         return None
     probe = [found, "--euid=65534", "--egid=65534", "--clear-groups"]
     probe += [f"--inh-caps={_CAPS}", f"--ambient-caps={_CAPS}", "true"]
-    try:
-        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return found if done.returncode == 0 else None
+    done = proc.capture(probe, cwd="/", env={"PATH": os.environ.get("PATH", "")}, timeout_s=30)
+    return found if done.ok else None
 
 
 def give_back(git_dir: Path, uid: int) -> None:
