@@ -1,7 +1,9 @@
 """Batch throughput against the ideal, and per-item overhead, on the local and Ray engines.
 
 Each item is one cell of an `exec` sweep whose command sleeps `--seconds` (default 2 s), so
-an item is the real path: the item function, its child, `code-runner exec` and the command.
+an item is the real path: the item function, the slot's resident item process, the cell run
+as `code-runner exec` runs it, and the command. Each engine starts with its slots ready (its
+resident processes, and on Ray its actors); that start is timed apart (`up s`).
 For each engine, in the same run:
 
 * single: `--single` items one after another on one slot; the median item time (driver

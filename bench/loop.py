@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,16 +35,9 @@ from code_runner.testing.chat_completions import ChatCompletions, Turn, call
 from code_runner.testing.scripted_server import ScriptedServer
 from code_runner.tools import Toolbox
 
-GIT_ENV = {
-    "PATH": os.environ["PATH"],
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "b",
-    "GIT_AUTHOR_EMAIL": "b@example.com",
-    "GIT_COMMITTER_NAME": "b",
-    "GIT_COMMITTER_EMAIL": "b@example.com",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import GIT_ENV  # bench/, beside this file
+
 COMMAND = "python3 -c 'import calc'"
 DOD = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
 

@@ -5,9 +5,16 @@ backend (one round that fixes the bug) against the floor measured in the same ru
 shared clone and checkout, the same DoD twice (base, then patched), the same edit, a binary
 diff against base, and removal of the checkout. Prints medians and the ratio.
 
-    python bench/overhead.py [--repeat 5] [--files 20000]
+The real-project case (`--real`, see `real_project.py`) is click 8.1.7 from its sdist, tests
+included, with a `.venv` and the project installed editable (`pip install -e .`), a bug put
+in `click.utils`, and a pytest DoD named as people write it (`.venv/bin/python -m pytest
+tests/test_utils.py`). Its floor is the same work by hand: clone, DoD on base, `git apply`
+the fix, DoD again (the source's `.venv` with the clone's `src` first on `PYTHONPATH`).
 
-Targets: at most 1.5x the floor on the small repo, 1.3x on the 20k-file repo.
+    python bench/overhead.py [--repeat 5] [--files 20000] [--real | --real-only]
+
+Targets: at most 1.5x the floor on the small repo, 1.3x on the 20k-file repo and on the
+real project.
 """
 
 from __future__ import annotations
@@ -26,16 +33,10 @@ from pathlib import Path
 from code_runner import runner
 from code_runner.task import load_spec
 
-GIT_ENV = {
-    "PATH": os.environ["PATH"],
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "b",
-    "GIT_AUTHOR_EMAIL": "b@example.com",
-    "GIT_COMMITTER_NAME": "b",
-    "GIT_COMMITTER_EMAIL": "b@example.com",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import real_project  # bench/, beside this file
+from bench_env import GIT_ENV  # bench/, beside this file
+
 TEST = (
     "import unittest\nfrom calc import add\n\n\n"
     "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
@@ -135,7 +136,17 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=20_000)
     default_tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
     parser.add_argument("--tmp", default=default_tmp, help="where to build the repos")
+    parser.add_argument("--real", action="store_true", help="add the real-project case")
+    parser.add_argument("--real-only", action="store_true", help="only the real project")
+    parser.add_argument("--sandbox", default="auto", help="the real project's sandbox mode")
+    parser.add_argument("--cache", default=str(real_project.CACHE), help="where the sdist is kept")
     args = parser.parse_args()
+    if args.real or args.real_only:
+        with tempfile.TemporaryDirectory(prefix="code-runner-bench-", dir=args.tmp) as tmp:
+            os.environ["CODE_RUNNER_STATE_DIR"] = str(Path(tmp) / "state")
+            real_project.bench(Path(tmp), Path(args.cache), args.repeat, args.sandbox)
+        if args.real_only:
+            return 0
     with tempfile.TemporaryDirectory(prefix="code-runner-bench-", dir=args.tmp) as tmp:
         root = Path(tmp)
         os.environ["CODE_RUNNER_STATE_DIR"] = str(root / "state")

@@ -26,16 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-GIT_ENV = {
-    "PATH": os.environ["PATH"],
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "b",
-    "GIT_AUTHOR_EMAIL": "b@example.com",
-    "GIT_COMMITTER_NAME": "b",
-    "GIT_COMMITTER_EMAIL": "b@example.com",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import GIT_ENV  # bench/, beside this file
+
 TEST = (
     "import unittest\nfrom calc import add\n\n\n"
     "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"

@@ -6,9 +6,12 @@ real workspace), interleaved so load affects both alike, and prints both medians
 ratio. `--attacks` also runs the security suite and prints how many attacks it tried and
 how many held. `--snapshot-files N` times the source snapshot (`repo.snapshot.take`, taken
 twice per run) on a repo of N committed files in 2 dirs levels, with loose objects, 200
-untracked and an ignored dir of 1000 files.
+untracked and an ignored dir of 1000 files. `--apply` (a root runner) times the apply DoD's
+session in a root-owned repo: making and detaching the id-mapped view once per apply, and a
+command run as the view's uid against the same command run as root with every capability
+dropped (the profile used where no view can be made).
 
-    python bench/sandbox_overhead.py [--repeat 50] [--attacks] [--snapshot-files 20000]
+    python bench/sandbox_overhead.py [--repeat 50] [--attacks] [--snapshot-files 20000] [--apply]
 """
 
 from __future__ import annotations
@@ -101,6 +104,50 @@ def measure(repeat: int) -> dict[str, float]:
     }
 
 
+def apply_cost(repeat: int) -> dict[str, float]:
+    """The apply DoD's sandbox in a root-owned repo: the view's set-up, and per command."""
+    found = sandbox.probe()
+    if os.geteuid() != 0 or not found.ok or found.programs is None:
+        raise SystemExit("--apply needs a root runner and a working sandbox")
+    programs, limits = found.programs, sandbox.DEFAULT_LIMITS
+    with tempfile.TemporaryDirectory(prefix="bench-apply-") as scratch:
+        os.environ["CODE_RUNNER_STATE_DIR"] = str(Path(scratch) / "state")
+        repo = Path(scratch) / "repo"
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        argv = proc.shell_argv("true")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+        def session(name: str) -> sandbox.Session:
+            return sandbox.source_session(
+                repo, repo / ".git", programs=programs, env=env, limits=limits, cpu_s=60,
+                cgroups=None, name=name,
+            )  # fmt: skip
+
+        opened: list[float] = []
+        samples: dict[str, list[float]] = {"view": [], "owner": []}
+        owner = session("owner").wrap(argv)  # never opened: no view, root without capabilities
+        for index in range(repeat):
+            started = time.perf_counter()
+            with session(f"view{index}") as viewed:
+                opened.append(time.perf_counter() - started)
+                assert viewed.tree_posture()["host_uid"] != 0, viewed.tree_posture()
+                wrapped = viewed.wrap(argv)
+                for name, line in (("view", wrapped), ("owner", owner)):
+                    started = time.perf_counter()
+                    done = proc.run(line, cwd=repo, env=env, timeout_s=30)
+                    samples[name].append(time.perf_counter() - started)
+                    if done.exit_code != 0:
+                        raise SystemExit(f"{name}: {done.describe()} {done.stderr[-500:]}")
+    ms = {name: statistics.median(values) * 1000 for name, values in samples.items()}
+    return {
+        "view_setup_ms": round(statistics.median(opened) * 1000, 2),
+        "view_command_ms": round(ms["view"], 2),
+        "owner_command_ms": round(ms["owner"], 2),
+        "repeat": repeat,
+    }
+
+
 def _big_repo(root: Path, files: int) -> Path:
     source = root / "big"
     source.mkdir()
@@ -154,7 +201,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--attacks", action="store_true", help="also run tests/security")
     parser.add_argument("--snapshot-files", type=int, default=0, help="time the source snapshot")
+    parser.add_argument("--apply", action="store_true", help="time the apply DoD's sandbox")
     args = parser.parse_args()
+    if args.apply:
+        cost = apply_cost(min(args.repeat, 20))
+        print(
+            f"apply DoD in a root-owned repo, median of {cost['repeat']}: id-mapped view made "
+            f"and detached in {cost['view_setup_ms']} ms per apply; `bash -c true` as the "
+            f"view's uid {cost['view_command_ms']} ms, as root without capabilities "
+            f"{cost['owner_command_ms']} ms"
+        )
     if args.snapshot_files:
         cost = snapshot_cost(args.snapshot_files)
         print(

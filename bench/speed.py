@@ -14,8 +14,10 @@ machine noise hits both alike, and prints the medians and their ratio:
   with a kept-alive connection doing the same request;
 - a whole task (clone, DoD on base, one scripted edit, audit, DoD on the patch, export)
   against the same git work by hand, at each `--sizes` file count on tmpfs;
-- the time to a workspace (`workspace.create`) at the largest size, against the same
-  `clone --shared --no-checkout` and `checkout` by hand.
+- the time to the first round (`workspace.create` and the sandbox opened) at each size,
+  as an overlay over the checkout cache and as the clone it falls back to, against the
+  same `clone --shared --no-checkout` and `checkout` by hand (`--tmp` for where: tmpfs
+  by default, a directory on disk to measure there).
 
     python bench/speed.py [--repeat 15] [--sizes 1000,20000,100000] [--crowd 1500] [--only ROW]
 """
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import itertools
 import os
 import shutil
@@ -133,12 +134,21 @@ def row_sandboxed(repeat: int) -> None:
         )
         with session:
             ours, floor = _pair(
-                lambda: proc.run(session.wrap(argv), cwd=ws.work_tree, env=env, timeout_s=30),
+                lambda: session.run(argv, cwd=ws.work_tree, env=env, timeout_s=30),
                 lambda: subprocess.run(argv, cwd=ws.work_tree, env=env, check=True),
                 repeat,
             )
+            # the path without a resident sandbox: a sandbox started for each command
+            alone, floor_alone = _pair(
+                lambda: proc.run(session.wrap(argv), cwd=ws.work_tree, env=env, timeout_s=30),
+                lambda: subprocess.run(argv, cwd=ws.work_tree, env=env, check=True),
+                max(5, repeat // 2),
+            )
+            executor = session.executor_posture()
         ws.release()
     _row("one sandboxed command (bash -c true) vs bare fork/exec", ours, floor, "<= 2x")
+    _row("  the same, a sandbox per command (before)", alone, floor_alone, "(was 11.3x)")
+    print(f"{'':58} executor: {executor}")
 
 
 def _client(server: ScriptedServer, root: Path) -> OpenAIChatClient:
@@ -175,12 +185,36 @@ def row_model_call(repeat: int) -> None:
 
 
 def row_turn(turns: int) -> None:
-    """A real run: `turns` model turns, each one sandboxed `true`; per turn, against the
-    turn's two parts measured alone (a sandboxed command and a model call)."""
+    """A real run: `turns` model turns, each one sandboxed `true`, against a bare command;
+    then the same run with a sandbox per command (`CODE_RUNNER_SANDBOX_RESIDENT=off`)."""
+    resident: list[float] = []
+    per_command: list[float] = []
+    for _ in range(3):  # interleaved, as `_pair` does
+        resident.append(_turn(turns))
+        os.environ[sandbox.RESIDENT_ENV] = "off"
+        try:
+            per_command.append(_turn(turns))
+        finally:
+            os.environ.pop(sandbox.RESIDENT_ENV, None)
+    ours, before = statistics.median(resident), statistics.median(per_command)
+    bare = [0.0] * 9
+    for i in range(9):
+        started = time.perf_counter()
+        subprocess.run(proc.shell_argv("true"), check=True)
+        bare[i] = time.perf_counter() - started
+    floor = statistics.median(bare)
+    _row("whole turn with one sandboxed command vs bare command", ours, floor, "(see mini)")
+    _row("  the same turn, a sandbox per command (before)", before, floor, "")
+    _row("  the turn: resident sandbox vs a sandbox per command", ours, before, "")
+
+
+def _turn(turns: int) -> float:
+    """The median time per turn of one run of `turns` turns, each a sandboxed `true`."""
     with tempfile.TemporaryDirectory(prefix="speed-turn-") as scratch:
         root = Path(scratch)
         source = overhead.make_repo(root / "repo", 10)
-        steps = [Turn(tool_calls=[call("run_command", command="true")]) for _ in range(turns)]
+        # a different command each turn: a repeated one is answered without running it
+        steps = [Turn(tool_calls=[call("run_command", command=f"true {i}")]) for i in range(turns)]
         with ScriptedServer(ChatCompletions(), [*steps, Turn(content="done")]) as server:
             config = root / "config.toml"
             config.write_text(
@@ -213,17 +247,10 @@ def row_turn(turns: int) -> None:
                 raise SystemExit(f"the turn run did not pass sandboxed: {outcome}")
             requests = server.stream_requests()
             gaps = [b.received_at - a.received_at for a, b in itertools.pairwise(requests)]
-    per_turn = statistics.median(gaps[1:])  # the first gap holds round 0's DoD
-    bare = [0.0] * 9
-    for i in range(9):
-        started = time.perf_counter()
-        subprocess.run(proc.shell_argv("true"), check=True)
-        bare[i] = time.perf_counter() - started
-    floor = statistics.median(bare)
-    _row("whole turn with one sandboxed command vs bare command", per_turn, floor, "(see mini)")
+    return statistics.median(gaps[1:])  # the first gap holds round 0's DoD
 
 
-def row_help(repeat: int) -> None:
+def row_help(repeat: int, mini: str | None) -> None:
     py = sys.executable
     ours, floor = _pair(
         lambda: subprocess.run(
@@ -233,7 +260,6 @@ def row_help(repeat: int) -> None:
         repeat,
     )
     _row("cold code-runner --help vs import click, code_runner", ours, floor, "<= 0.33x mini")
-    mini = shutil.which("mini")
     if mini:
         peer, _ = _pair(
             lambda: subprocess.run([mini, "--help"], check=True, stdout=subprocess.DEVNULL),
@@ -258,54 +284,72 @@ def row_task(repeat: int, sizes: list[int], tmp: str | None) -> None:
             _row(f"task vs the same git work by hand, {files} files, tmpfs", ours, floor, "<= 1.3x")
 
 
-def row_create(repeat: int, files: int, tmp: str | None) -> None:
+def row_create(repeat: int, sizes: list[int], tmp: str | None) -> None:
     """Time to the first agent round: the workspace made and the sandbox opened on it (as a
-    root runner does: its tree handed to the sandbox's uid), then released, against the
-    same clone and checkout by hand, on a repo of `files` files."""
-    with tempfile.TemporaryDirectory(prefix="speed-create-", dir=tmp) as scratch:
-        root = Path(scratch)
-        os.environ["CODE_RUNNER_STATE_DIR"] = str(root / "state")
-        repo = overhead.make_repo(root / "r", files)
-        source = git.open_source(repo)
-        head = source.out("rev-parse", "HEAD")
-        counter = iter(range(100_000))
+    root runner does: its tree the sandbox uid's), then released, against the same clone and
+    checkout by hand, at each size: the overlay over the checkout cache (its first build
+    printed apart), and the clone it falls back to (`CODE_RUNNER_WORKSPACE=clone`)."""
+    for files in sizes:
+        with tempfile.TemporaryDirectory(prefix="speed-create-", dir=tmp) as scratch:
+            root = Path(scratch)
+            os.environ["CODE_RUNNER_STATE_DIR"] = str(root / "state")
+            repo = overhead.make_repo(root / "r", files)
+            _create_rows(root, repo, files, repeat, tmp or "the default tmp")
 
-        owned = "owner" in inspect.signature(workspace.create).parameters
 
-        def create() -> None:
-            identity = sandbox.new_identity() if owned else None
-            extra: dict[str, Any] = {"owner": (identity.uid, identity.gid)} if identity else {}
-            ws = workspace.create(source, head, run_id=f"speed{next(counter)}", **extra)
-            session = sandbox.open_session(
-                ws,
-                env=ws.env(),
-                network=False,
-                limits=sandbox.DEFAULT_LIMITS,
-                cpu_s=60,
-                name="speed",
-                **({"identity": identity} if identity else {}),
-            )
-            session.open()
-            session.close()
-            ws.release()
+def _create_rows(root: Path, repo: Path, files: int, repeat: int, where: str) -> None:
+    source = git.open_source(repo)
+    head = source.out("rev-parse", "HEAD")
+    counter = iter(range(100_000))
+    kinds: set[str] = set()
 
-        def by_hand() -> None:
-            ws = root / "floor-ws"
-            overhead.git(
-                root,
-                "clone",
-                "-q",
-                "--shared",
-                "--no-checkout",
-                f"--separate-git-dir={ws / 'git'}",
-                str(repo),
-                str(ws / "wt"),
-            )
-            overhead.git(ws / "wt", "checkout", "-q", "--detach", "HEAD")
-            shutil.rmtree(ws)
+    def create() -> None:
+        identity = sandbox.new_identity() if os.geteuid() == 0 else None
+        extra: dict[str, Any] = {"owner": (identity.uid, identity.gid)} if identity else {}
+        ws = workspace.create(source, head, run_id=f"speed{next(counter)}", **extra)
+        kinds.add(getattr(ws, "kind", "clone"))
+        session = sandbox.open_session(
+            ws,
+            env=ws.env(),
+            network=False,
+            limits=sandbox.DEFAULT_LIMITS,
+            cpu_s=60,
+            name="speed",
+            **({"identity": identity} if identity else {}),
+        )
+        session.open()
+        session.close()
+        ws.release()
 
+    def by_hand() -> None:
+        ws = root / "floor-ws"
+        overhead.git(
+            root,
+            "clone",
+            "-q",
+            "--shared",
+            "--no-checkout",
+            f"--separate-git-dir={ws / 'git'}",
+            str(repo),
+            str(ws / "wt"),
+        )
+        overhead.git(ws / "wt", "checkout", "-q", "--detach", "HEAD")
+        shutil.rmtree(ws)
+
+    started = time.perf_counter()
+    create()  # the first one builds the checkout cache's entry
+    first = time.perf_counter() - started
+    ours, floor = _pair(create, by_hand, repeat)
+    kind = "/".join(sorted(kinds))
+    _row(f"workspace ({kind}) + sandbox open, {files} files", ours, floor, "< 0.5 s")
+    print(f"{'':58} the first, building the cache: {first * 1000:.0f} ms; on {where}")
+    os.environ["CODE_RUNNER_WORKSPACE"] = "clone"
+    try:
+        kinds.clear()
         ours, floor = _pair(create, by_hand, repeat)
-    _row(f"workspace + sandbox open, {files} files, tmpfs", ours, floor, "< 0.5 s")
+    finally:
+        os.environ.pop("CODE_RUNNER_WORKSPACE")
+    _row(f"workspace ({'/'.join(sorted(kinds))}) + sandbox open, {files} files", ours, floor, "")
 
 
 def main() -> int:
@@ -315,10 +359,15 @@ def main() -> int:
     parser.add_argument("--crowd", type=int, default=1500, help="idle processes for proc.run")
     parser.add_argument("--turns", type=int, default=24)
     parser.add_argument(
+        "--mini",
+        default=shutil.which("mini"),
+        help="mini-swe-agent's `mini` (a throwaway venv: pip install mini-swe-agent)",
+    )
+    parser.add_argument(
         "--only", choices=["proc", "sandbox", "turn", "help", "model", "task", "create"]
     )
     default_tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    parser.add_argument("--tmp", default=default_tmp, help="where the task rows build repos")
+    parser.add_argument("--tmp", default=default_tmp, help="where task and create rows work")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="speed-state-") as state:
@@ -328,10 +377,10 @@ def main() -> int:
             "proc": lambda: row_proc_run(args.repeat * 4, args.crowd),
             "sandbox": lambda: row_sandboxed(args.repeat * 2),
             "turn": lambda: row_turn(args.turns),
-            "help": lambda: row_help(args.repeat),
+            "help": lambda: row_help(args.repeat, args.mini),
             "model": lambda: row_model_call(args.repeat * 4),
             "task": lambda: row_task(max(3, args.repeat // 5), sizes, args.tmp),
-            "create": lambda: row_create(max(3, args.repeat // 3), sizes[-1], args.tmp),
+            "create": lambda: row_create(max(3, args.repeat // 3), sizes, args.tmp),
         }
         for name, fn in rows.items():
             if args.only in (None, name):

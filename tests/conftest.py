@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from code_runner.sandbox.idmap import unmount
+from tests.helpers.big_patch import BigPlan, run_big_plan
 from tests.helpers.git import make_repo
-from tests.helpers.isolation import forbid_real_dirs
+from tests.helpers.isolation import (
+    ISOLATED_DIRS,
+    dev_null_intact,
+    forbid_real_dirs,
+    mounts_under,
+)
 
 _REAL_HOME = os.environ.get("HOME", "")
 
@@ -21,13 +28,7 @@ def isolated_dirs(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("iso")
-    for name, sub in (
-        ("HOME", "home"),
-        ("XDG_CONFIG_HOME", "config"),
-        ("XDG_STATE_HOME", "state"),
-        ("XDG_CACHE_HOME", "cache"),
-        ("CODE_RUNNER_STATE_DIR", "state/code-runner"),
-    ):
+    for name, sub in ISOLATED_DIRS:
         path = base / sub
         path.mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(name, str(path))
@@ -37,6 +38,17 @@ def isolated_dirs(
     forbid_real_dirs(monkeypatch)
     yield base
     assert os.environ.get("HOME") != _REAL_HOME or not _REAL_HOME, "test escaped its HOME"
+    replaced = dev_null_intact()
+    assert replaced is None, f"the machine's /dev/null was replaced ({replaced}); restored"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_mount_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Runs killed on purpose leave their overlays and apply views for `gc`; take them
+    down when the session ends, so no test's mounts outlive the suite."""
+    yield
+    for point in mounts_under(tmp_path_factory.getbasetemp()):
+        unmount(point)
 
 
 @pytest.fixture
@@ -53,3 +65,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if os.environ.get("CI") and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, which must run every test: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def big_plan(tmp_path_factory: pytest.TempPathFactory) -> BigPlan:
+    """A plan run whose item added a large file, shared by the tests that read its patch."""
+    return run_big_plan(tmp_path_factory.mktemp("big-plan"))

@@ -4,23 +4,29 @@ A reader sees the old file or the new one, never a mix: write to a temp file in 
 directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls of whole lines.
 Nothing here writes through a symlink: temp files are created `O_EXCL`, `os.replace` swaps
 the name itself, and appends and reserves open with `O_NOFOLLOW`.
+
+Lock files live here too: `flocked` holds one for a block, `wait_flock` waits for one (with
+a timeout and its caller's own error), `try_flock` asks once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from code_runner import proc
-from code_runner.errors import DiskFull
+from code_runner.errors import DiskFull, RecordError
 
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -46,14 +52,35 @@ def atomic_write_chunks(
     path: Path, chunks: Iterable[bytes], *, mode: int = 0o644, durable: bool = True
 ) -> None:
     """`atomic_write_bytes` for content that comes in pieces (a large file, streamed)."""
+
+    def fill(f: IO[bytes]) -> None:
+        for chunk in chunks:
+            f.write(chunk)
+
+    atomic_write_from(path, fill, mode=mode, durable=durable)
+
+
+def atomic_write_from(
+    path: Path,
+    fill: Callable[[IO[bytes]], object],
+    *,
+    max_bytes: int | None = None,
+    mode: int = 0o644,
+    durable: bool = True,
+) -> int:
+    """`atomic_write_bytes` for content a writer puts into the file itself (a process's
+    stdout), so it never passes through memory; `max_bytes` cuts it there. Returns the
+    size `fill` wrote, before any cut."""
     with _disk_full_is_typed(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                for chunk in chunks:
-                    f.write(chunk)
+                fill(f)
                 f.flush()
+                size = os.fstat(f.fileno()).st_size
+                if max_bytes is not None and size > max_bytes:
+                    f.truncate(max_bytes)
                 if durable:
                     os.fsync(f.fileno())
             os.chmod(tmp, mode)
@@ -62,6 +89,7 @@ def atomic_write_chunks(
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+    return size
 
 
 def read_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
@@ -183,20 +211,68 @@ def release_reserve(path: Path) -> bool:
     return True
 
 
+class NotRegularFile(RecordError, OSError):
+    """A FIFO, socket, device or directory where a record file belongs: an unreadable file to a
+    reader that tolerates one (`except OSError`), a bad record (exit 5) to any other."""
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        RecordError.__init__(self, message, fix=fix)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of the regular file `path`, for reading a record back. Never blocks: a FIFO,
+    socket, device or directory where a record file belongs is `NotRegularFile`, not a
+    reader that waits forever for a writer. FileNotFoundError passes through."""
+    with open_regular(path) as f:
+        return f.read()
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """`path` opened for reading if it is a regular file (read it in pieces); as
+    `read_regular`, anything else is `NotRegularFile` and FileNotFoundError passes through."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(
+                f"{path} is not a regular file (a {_file_kind(mode)}); a run record holds only"
+                " files the runner wrote.",
+                fix="remove what was put there, or re-run the task for a new record.",
+            )
+        return os.fdopen(os.dup(fd), "rb")
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+
+
 def read_jsonl(path: Path) -> list[Any]:
-    """Every complete line of a JSONL file; a torn last line (crash mid-append) is skipped."""
+    """Every complete line of a JSONL file; a torn last line (crash mid-append) is skipped.
+    Read line by line: a long transcript's bytes are never held beside what they parse to."""
     items: list[Any] = []
     try:
-        raw = path.read_bytes()
+        f = open_regular(path)
     except FileNotFoundError:
         return items
-    for line in raw.splitlines():
-        if not line.strip():
-            continue
-        try:
-            items.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    with f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
     return items
 
 
@@ -220,6 +296,18 @@ def walk(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
             continue
         yield here, dirnames, filenames
         stack.extend(os.path.join(here, name) for name in reversed(dirnames))
+
+
+RECORD_SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".tools", "workspaces"})
+
+
+def walk_records(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`walk` in name order through the folders where run records may live, past version
+    control, dependencies and workspaces; the caller may prune `dirnames` further."""
+    for here, dirnames, filenames in walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d not in RECORD_SKIP_DIRS)
+        filenames.sort()
+        yield here, dirnames, filenames
 
 
 def disk_usage(top: Path) -> int:
@@ -246,8 +334,31 @@ def disk_usage(top: Path) -> int:
     return total
 
 
+def mount_points() -> list[str]:
+    """Mount points of this mount namespace, octal escapes undone (none where /proc is
+    absent)."""
+    found: list[str] = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            fields = line.split(b" ")
+            if len(fields) > 4:
+                raw = fields[4].decode("unicode_escape").encode("latin-1")
+                found.append(os.fsdecode(raw))
+    return found
+
+
+def mounts_below(path: Path) -> list[str]:
+    """Mount points at or under `path` in this mount namespace (none where /proc is absent)."""
+    real = os.path.realpath(path)
+    prefix = real.rstrip("/") + "/"
+    return [point for point in mount_points() if point == real or point.startswith(prefix)]
+
+
 def force_rmtree(path: Path) -> None:
-    """rmtree that also removes what an agent made unwritable. Never follows symlinks."""
+    """rmtree that also removes what an agent made unwritable. Never follows symlinks, and
+    never deletes through a mount: a tree with a file system mounted in it is refused
+    (OSError EBUSY), so a workspace's overlay or an id-mapped view of a repo is never
+    emptied through its mount point."""
 
     def onerror(func: object, failed: str, exc: object) -> None:
         parent = os.path.dirname(failed)
@@ -263,8 +374,82 @@ def force_rmtree(path: Path) -> None:
     if path.is_symlink():
         path.unlink()
         return
+    mounted = mounts_below(path)
+    if mounted:
+        raise OSError(
+            errno.EBUSY,
+            f"{path} was not removed: a file system is mounted at {mounted[0]}, and nothing is "
+            "deleted through a mount (take it down first)",
+        )
     try:
         shutil.rmtree(path, onerror=onerror)
     except RecursionError:  # a directory chain deeper than Python's stack: rm has no limit
-        for argv in (["chmod", "-R", "u+rwx", "--", str(path)], ["rm", "-rf", "--", str(path)]):
+        for argv in (
+            ["chmod", "-R", "u+rwx", "--", str(path)],
+            ["rm", "-rf", "--one-file-system", "--", str(path)],
+        ):
             proc.capture(argv, cwd=None, env={"PATH": "/usr/bin:/bin"}, timeout_s=300)
+
+
+def try_flock(fd: int, *, shared: bool = False) -> bool:
+    """Take an flock on `fd` if no one holds one in the way; False if someone does."""
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
+def wait_flock(
+    fd: int,
+    *,
+    shared: bool = False,
+    timeout_s: float | None = None,
+    poll_s: float = 0.05,
+    held: Callable[[], BaseException] | None = None,
+    waiting: Callable[[], None] | None = None,
+) -> None:
+    """Take an flock on `fd` (a shared lock on an fd that holds an exclusive one, or the
+    reverse, converts it). With neither `timeout_s` nor `waiting` it blocks until the lock
+    is free; otherwise it tries every `poll_s`, raises `held()` past `timeout_s` (None: no
+    limit), and calls `waiting` between tries, which may raise to give up sooner."""
+    if timeout_s is None and waiting is None:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)  # blocks until it is free
+        return
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not try_flock(fd, shared=shared):
+        if deadline is not None and time.monotonic() > deadline:
+            raise held() if held else TimeoutError(f"lock held for over {timeout_s:.0f} s")
+        if waiting is not None:
+            waiting()
+        time.sleep(poll_s)
+
+
+def open_lock(path: Path, mode: int = 0o600) -> int:
+    """The fd of the lock file at `path`, created if missing, never through a symlink."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+@contextlib.contextmanager
+def flocked(
+    path: Path,
+    *,
+    mode: int = 0o600,
+    shared: bool = False,
+    timeout_s: float | None = None,
+    poll_s: float = 0.05,
+    held: Callable[[], BaseException] | None = None,
+    waiting: Callable[[], None] | None = None,
+) -> Iterator[int]:
+    """Hold an flock on the lock file at `path` for the block (see `wait_flock`); the lock
+    goes when its fd is closed, at the end of the block or by a crash."""
+    fd = open_lock(path, mode)
+    try:
+        wait_flock(
+            fd, shared=shared, timeout_s=timeout_s, poll_s=poll_s, held=held, waiting=waiting
+        )
+        yield fd
+    finally:
+        os.close(fd)

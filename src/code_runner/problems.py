@@ -21,6 +21,7 @@ import json
 import os
 import re
 import reprlib
+import stat
 import tomllib
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
@@ -257,13 +258,12 @@ def read_text_file(
     path: Path, *, what: str, max_bytes: int, too_big_hint: str = ""
 ) -> tuple[str | None, list[str]]:
     """(UTF-8 text, []) or (None, fatal problems): the size cap and the UTF-8 check that every
-    input file goes through before it is parsed. Never raises."""
+    input file goes through before it is parsed. Never raises, and never blocks: a FIFO, a
+    socket or a device is refused without being read (opened non-blocking, then checked)."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            hint = f" ({too_big_hint})" if too_big_hint else ""
-            return None, [f"the file is {size} bytes; {what} is at most {max_bytes} bytes{hint}"]
-        raw = path.read_bytes()
+        raw = _read_regular(path, what=what, max_bytes=max_bytes, too_big_hint=too_big_hint)
+    except _Unreadable as exc:
+        return None, [str(exc)]
     except FileNotFoundError:
         return None, ["the file does not exist; check the path"]
     except IsADirectoryError:
@@ -271,14 +271,51 @@ def read_text_file(
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         return None, [f"the file cannot be read ({reason}); check the path and permissions"]
-    if len(raw) > max_bytes:  # the file grew between stat and read
-        return None, [f"the file is over {max_bytes} bytes; {what} is at most {max_bytes} bytes"]
     try:
         return raw.decode("utf-8-sig"), []
     except UnicodeDecodeError as exc:
         return None, [
             f"the file is not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
         ]
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _read_regular(path: Path, *, what: str, max_bytes: int, too_big_hint: str) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; `_Unreadable` saying why not."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Unreadable(
+                f"is not a regular file (a {_kind(info.st_mode)}); give the path of {what}"
+                " saved as a file"
+            )
+        hint = f" ({too_big_hint})" if too_big_hint else ""
+        if info.st_size > max_bytes:
+            raise _Unreadable(
+                f"the file is {info.st_size} bytes; {what} is at most {max_bytes} bytes{hint}"
+            )
+        raw = handle.read(max_bytes + 1)
+    if len(raw) > max_bytes:  # the file grew between stat and read
+        raise _Unreadable(
+            f"the file is over {max_bytes} bytes; {what} is at most {max_bytes} bytes"
+        )
+    return raw
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
 
 
 def read_mapping_file(

@@ -316,13 +316,23 @@ def _request(root: Path, source: Path, result: dict[str, Any], **kw: Any) -> app
         "task_id": "fix-calc",
         "title": request["title"],
         "base": result["base"],
-        "patch": (root / "out/fix-calc.patch").read_bytes(),
+        "patch": _private_patch(root, (root / "out/fix-calc.patch").read_bytes()),
         "allowlist": paths.Allowlist.parse(request["allowlist"]),
         "dod": DefinitionOfDone.model_validate(request["definition_of_done"]),
         "env": {"PATH": os.environ["PATH"], "HOME": str(root)},
         "record": RecordPaths(root / "out", "fix-calc"),
     }
+    if isinstance(kw.get("patch"), bytes):
+        kw["patch"] = _private_patch(root, kw["patch"])
     return apply.ApplyRequest(**(defaults | kw))
+
+
+def _private_patch(root: Path, data: bytes) -> Path:
+    """The patch where an apply reads it: a copy in a directory of its own."""
+    private = root / "private-patch"
+    private.mkdir(mode=0o700, exist_ok=True)
+    (private / "verified.patch").write_bytes(data)
+    return private / "verified.patch"
 
 
 def test_head_moved_with_a_conflicting_change_is_refused(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -18,8 +19,9 @@ def test_put_file_creates_directories_and_sets_the_mode(tmp_path: Path) -> None:
     assert target.read_bytes() == b"\0\1\2"
     assert stat.S_IMODE(target.stat().st_mode) == 0o755
     assert not (tmp_path / "a/b/.t").exists()
-    state, data = fs.read_state(tmp_path, "a/b/c.bin")
-    assert state == FileState.of_bytes(b"\0\1\2", 0o755) and data == b"\0\1\2"
+    state, blob_id = fs.read_state(tmp_path, "a/b/c.bin", "sha1")
+    assert state == FileState.of_bytes(b"\0\1\2", 0o755)
+    assert blob_id == hashlib.sha1(b"blob 3\0\0\1\2").hexdigest()
 
 
 def test_a_symlink_on_the_way_is_never_followed(tmp_path: Path) -> None:

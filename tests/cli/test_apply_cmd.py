@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ from tests.helpers.apply_runs import (
     wait_for_phase,
 )
 from tests.helpers.git import git
-from tests.helpers.tasks import FIXED_BOTH, PY, fingerprint, run_cli, write
+from tests.helpers.tasks import FIXED_BOTH, PY, cmd, fingerprint, run_cli, write
 
 pytestmark = pytest.mark.integration
 
@@ -271,3 +272,52 @@ def test_run_in_complete_task_mode_commits_and_says_so(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "out/fix-calc.result.json").read_text())
     assert record["source_commit"] == git(source, "rev-parse", "HEAD").strip()
     assert git(source, "status", "--porcelain=v1", "--untracked-files=all") == status_before
+
+
+BIG_MIB = 48  # a file this large would show several times over in a whole-read apply
+_PEAK = (  # VmHWM, not ru_maxrss: that one keeps the forking parent's peak across exec
+    "import atexit, sys\n"
+    "hwm = lambda: [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+    "atexit.register(lambda: print('PEAK_KIB', hwm().split()[1], file=sys.stderr))\n"
+    "import code_runner.cli.main as m\n"
+    "sys.argv = ['code-runner', *sys.argv[1:]]\n"
+    "if sys.argv[1:]:\n"
+    "    m.main()\n"
+)
+
+
+def _peak_mib(*argv: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """`code-runner ARGV` in a child reporting its own peak RSS (not git's); no ARGV: the
+    baseline, the interpreter with code_runner imported."""
+    done = subprocess.run(
+        [PY, "-c", _PEAK, *argv], capture_output=True, text=True, check=False, timeout=300
+    )
+    peaks = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("PEAK_KIB")]
+    assert peaks, done.stderr
+    return int(peaks[-1]) / 1024, done
+
+
+def test_a_large_patch_is_applied_in_pieces_and_commits_the_exact_bytes(tmp_path: Path) -> None:
+    lines = BIG_MIB * 1024 * 1024 // 36
+    make = f"''.join(f'{{i:09d}} abcdefghijklmnopqrstuvwxyz\\n' for i in range({lines}))"
+    expected = "".join(f"{i:09d} abcdefghijklmnopqrstuvwxyz\n" for i in range(lines)).encode()
+    source = matrix_repo(tmp_path)
+    result = patch_only(
+        tmp_path,
+        source,
+        [cmd(f'mkdir -p pkg && {PY} -c "import sys; sys.stdout.write({make})" > pkg/big.txt')],
+        allowlist=["pkg"],
+        predicate=f"os.path.getsize('pkg/big.txt') == {len(expected)}",
+        extra=(),
+    )
+    assert result["status"] == "passed", result
+
+    baseline, _ = _peak_mib()
+    peak, done = _peak_mib("apply", str(tmp_path / "out"), "--commit")
+    assert done.returncode == 0, done.stderr
+    # measured: about 33 MiB above the baseline for 48 MiB, 28 MiB for 8 MiB; a whole read of
+    # the patch (or of the file) alone would add at least BIG_MIB
+    assert peak - baseline < 40, f"apply peaked {peak - baseline:.1f} MiB above the baseline"
+    blob = git(source, "rev-parse", "HEAD:pkg/big.txt").strip()
+    assert blob == hashlib.sha1(b"blob %d\0" % len(expected) + expected).hexdigest()
+    assert (source / "pkg/big.txt").read_bytes() == expected

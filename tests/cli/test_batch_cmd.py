@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -25,6 +27,29 @@ def test_bad_items_are_a_usage_error_with_every_problem(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_dir_that_is_a_fifo_is_a_usage_error(tmp_path: Path) -> None:
+    """Used to: a traceback (exit 70) from its mkdir."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("command: echo {x}\ngrid: {x: [1]}\n")
+    os.mkfifo(tmp_path / "run")
+    done = run_cli("batch", str(sweep), "--run-dir", str(tmp_path / "run"), timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert "cannot be used: it is not a directory" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_apply_to_source_on_ray_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    source = calc_repo(tmp_path)
+    spec = {"task_id": "fix", "cwd": str(source), "apply_to_source": True}
+    (tmp_path / "items.jsonl").write_text(json.dumps(spec) + "\n")
+    args = ["batch", str(tmp_path / "items.jsonl"), "--run-dir", str(tmp_path / "run")]
+    done = run_cli(*args, "--engine", "ray")
+    assert done.returncode == 2, done.stderr
+    assert "apply_to_source is set in 1 item(s) (fix)" in done.stderr
+    assert "--engine local" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_second_batch_in_one_run_dir_needs_resume(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
     task_specs(tmp_path / "specs", source, 1)
@@ -39,7 +64,7 @@ def test_a_second_batch_in_one_run_dir_needs_resume(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_running_items_cleanly_and_resume_finishes_them(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
-    marker = "30.4242"
+    marker = f"30.{os.getpid() % 10000:04d}1"  # its own: other runs of this test may be live
     task_specs(tmp_path / "specs", source, 3, before=[f"sleep {marker}"])
     args = ["batch", str(tmp_path / "specs"), "--run-dir", str(tmp_path / "run"), "--grace", "2s"]
     driver = subprocess.Popen(
@@ -60,10 +85,8 @@ def test_ctrl_c_stops_the_running_items_cleanly_and_resume_finishes_them(tmp_pat
     lines = results(tmp_path / "run")
     assert sorted(line["status"] for line in lines) == ["cancelled", "cancelled"]  # t02 never ran
     assert wait_until_gone(marker) == []
-    for spec in (tmp_path / "specs").glob("t*.json"):
-        if not spec.name.endswith(".script.json"):
-            text = spec.read_text().replace(f"sleep {marker}", "true")
-            spec.write_text(text)
+    for script in (tmp_path / "specs").glob("t*.script.json"):  # the resumed agents do not wait
+        script.write_text(script.read_text().replace(f"sleep {marker}", "true"))
     resumed = run_cli(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     final = {line["item_id"]: line["status"] for line in results(tmp_path / "run")}

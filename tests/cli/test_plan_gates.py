@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -16,37 +16,26 @@ from code_runner.plans.item import is_protected
 from tests.helpers.plan_runs import (
     FIXED,
     PY,
+    SUB,
+    calc_plan,
     calc_source,
     plan_cli,
     plan_item,
+    plan_status,
+    procs,
     put,
     run_args,
+    run_plan,
     shell,
     status_of,
+    wait_for_event,
+    wait_for_process,
     write_plan,
     write_script,
 )
 from tests.helpers.tasks import fingerprint
 
 pytestmark = pytest.mark.integration
-
-SUB = "def sub(a, b):\n    return a - b\n"
-
-
-def _events(out: Path) -> list[dict[str, object]]:
-    if not (out / "plan.events.jsonl").exists():
-        return []
-    return [json.loads(line) for line in (out / "plan.events.jsonl").read_text().splitlines()]
-
-
-def _wait_for_event(out: Path, kind: str, timeout_s: float = 60.0) -> dict[str, object]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = [e for e in _events(out) if e["kind"] == kind]
-        if found:
-            return found[-1]
-        time.sleep(0.1)
-    raise AssertionError(f"no {kind} event in {out}")
 
 
 @pytest.mark.parametrize(
@@ -71,9 +60,7 @@ def test_a_protected_change_stops_in_needs_approval_and_approve_changes_continue
     )
     write_script(tmp_path, "P1", [put("calc.py", FIXED), put("conftest.py", "# shared\n")])
     write_script(tmp_path, "P2", [put("sub.py", SUB)])
-    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
-    assert done.returncode == 1, done.stderr
-    status = status_of(done.stdout)
+    _, status = run_plan(plan, source, code=1)
     plan_id = status["plan_id"]
     assert status["status"] == "needs_approval"
     assert status["items"][0]["protected"] == ["conftest.py"]
@@ -106,7 +93,7 @@ def test_scope_pause_amend_then_approve_continue(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, *items)
     write_script(tmp_path, "P1", [put("calc.py", FIXED), put("notes.txt", "why\n")])
     write_script(tmp_path, "P2", [put("sub.py", SUB)])
-    status = status_of(plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path).stdout)
+    _, status = run_plan(plan, source, code=1)
     plan_id = status["plan_id"]
     assert status["status"] == "needs_amendment"
 
@@ -139,18 +126,18 @@ def test_stop_then_resume_and_a_second_run_is_refused_before_writing(tmp_path: P
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        running = _wait_for_event(out, "item_running")
+        running = wait_for_event(out, "item_running")
         plan_id = str(running["plan"])
         store = dirs.state_dir() / "plans" / "plans.sqlite"
         events = (out / "plan.events.jsonl").read_bytes()
-        version = status_of(plan_cli("status", plan_id, "--json").stdout)
+        version = plan_status(plan_id)
         second = plan_cli("resume", plan_id)
         assert second.returncode == 3, second.stderr
         assert f"plan {plan_id} is running in pid {proc.pid}" in second.stderr
         again = plan_cli(*run_args(plan, source), cwd=tmp_path)
         assert again.returncode == 3
         assert (out / "plan.events.jsonl").read_bytes() == events  # nothing written
-        assert status_of(plan_cli("status", plan_id, "--json").stdout)["items"] == version["items"]
+        assert plan_status(plan_id)["items"] == version["items"]
         assert store.is_file()
 
         watch = subprocess.Popen(
@@ -168,7 +155,7 @@ def test_stop_then_resume_and_a_second_run_is_refused_before_writing(tmp_path: P
         assert watch.returncode == 0
     finally:
         proc.kill()
-    status = status_of(plan_cli("status", plan_id, "--json").stdout)
+    status = plan_status(plan_id)
     attempt = status["items"][0]["attempts"][0]
     assert (attempt["state"], attempt["reason"]) == ("cancelled", "Cancelled.")
     sleeping = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True)
@@ -185,3 +172,35 @@ def test_stop_then_resume_and_a_second_run_is_refused_before_writing(tmp_path: P
     closed = plan_cli("resume", plan_id)
     assert closed.returncode == 2 and "cancelled" in closed.stderr
     assert "Traceback" not in closed.stderr
+
+
+def test_sigterm_stops_the_run_cleanly_and_resume_finishes_it(tmp_path: Path) -> None:
+    source, plan = calc_plan(tmp_path, 1)
+    write_script(tmp_path, "P1", [shell("sleep 60.27")])
+    before = fingerprint(source)
+    proc = subprocess.Popen(
+        run_args(plan, source, "--json"), cwd=tmp_path, env=os.environ.copy(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for_process("sleep 60.27")  # the item's agent is running
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    stopped = status_of(out)
+    assert stopped["status"] == "paused", stopped["reason"]
+    attempt = stopped["items"][0]["attempts"][0]
+    assert (attempt["state"], attempt["reason"]) == ("cancelled", "Stopped by shutdown.")
+    assert "sleep 60.27" not in procs()  # the agent's processes are gone
+    assert not list(dirs.workspaces_dir().iterdir())
+    assert "Traceback" not in err and fingerprint(source) == before
+
+    write_script(tmp_path, "P1", [put("calc.py", FIXED)])
+    resumed = plan_cli("resume", stopped["plan_id"], "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    final = status_of(resumed.stdout)
+    assert final["status"] == "done"
+    assert [a["state"] for a in final["items"][0]["attempts"]] == ["cancelled", "completed"]
+    assert fingerprint(source) == before

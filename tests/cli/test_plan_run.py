@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,19 @@ from code_runner import dirs
 from tests.helpers.git import git
 from tests.helpers.plan_runs import (
     FIXED,
+    SUB,
+    calc_plan,
     calc_source,
     plan_cli,
     plan_item,
     put,
     run_args,
+    run_plan,
+    runner_git,
     shell,
     status_of,
+    wait_for_event,
+    wait_for_process,
     write_plan,
     write_script,
 )
@@ -30,32 +35,16 @@ from tests.helpers.tasks import fingerprint
 
 pytestmark = pytest.mark.integration
 
-SUB = "def sub(a, b):\n    return a - b\n"
-
-
-def _two_items(tmp_path: Path) -> tuple[Path, Path]:
-    source = calc_source(tmp_path)
-    plan = write_plan(
-        tmp_path,
-        plan_item(1, "Fix add", [("calc.py", "edit")]),
-        plan_item(2, "Add sub @alice #12", [("sub.py", "add")]),
-    )
-    write_script(tmp_path, "P1", [put("calc.py", FIXED)])
-    write_script(tmp_path, "P2", [put("sub.py", SUB)])
-    return source, plan
-
 
 def _trailers(source: Path, rev: str) -> str:
     return git(source, "log", "-1", "--format=%B", rev)
 
 
 def test_two_items_commit_in_order_with_trailers_and_export(tmp_path: Path) -> None:
-    source, plan = _two_items(tmp_path)
+    source, plan = calc_plan(tmp_path, P2="Add sub @alice #12")
     before = fingerprint(source)
     base = git(source, "rev-parse", "HEAD").strip()
-    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    status = status_of(done.stdout)
+    _, status = run_plan(plan, source)
     assert status["status"] == "done"
     p1, p2 = status["items"]
     assert (p1["state"], p2["state"]) == ("committed", "committed")
@@ -90,8 +79,8 @@ def test_two_items_commit_in_order_with_trailers_and_export(tmp_path: Path) -> N
 
 
 def test_export_refuses_a_branch_with_a_foreign_commit(tmp_path: Path) -> None:
-    source, plan = _two_items(tmp_path)
-    status = status_of(plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path).stdout)
+    source, plan = calc_plan(tmp_path)
+    _, status = run_plan(plan, source)
     git(source, "branch", "theirs")
     (source / "x.txt").write_text("x")
     git(source, "checkout", "-q", "theirs")
@@ -114,8 +103,7 @@ def test_an_item_that_changes_nothing_is_unchanged(tmp_path: Path) -> None:
     )
     write_script(tmp_path, "P1", [put("calc.py", FIXED)])
     write_script(tmp_path, "P2", [])
-    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
-    status = status_of(done.stdout)
+    done, status = run_plan(plan, source)
     assert status["status"] == "done", done.stderr
     assert status["items"][1]["state"] == "unchanged"
     assert status["items"][1]["commit"] is None
@@ -131,20 +119,13 @@ def test_out_of_scope_change_is_committed_then_the_plan_needs_amendment(tmp_path
     )
     write_script(tmp_path, "P1", [put("calc.py", FIXED), put("notes.txt", "why\n")])
     write_script(tmp_path, "P2", [put("sub.py", SUB)])
-    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
-    assert done.returncode == 1
-    status = status_of(done.stdout)
+    _, status = run_plan(plan, source, code=1)
     assert status["status"] == "needs_amendment"
     p1, p2 = status["items"]
     assert p1["state"] == "committed" and p1["out_of_scope"] == ["notes.txt"]
     assert p2["state"] == "pending"  # the plan stopped before P2
     assert status["checkpoints"][0]["paths"] == ["notes.txt"]
-    runner = dirs.state_dir() / "plans" / "repos" / f"{status['plan_id']}.git"
-    shown = subprocess.run(
-        ["git", f"--git-dir={runner}", "show", f"{p1['commit']}:notes.txt"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert shown.stdout == "why\n"
+    assert runner_git(status["plan_id"], "show", f"{p1['commit']}:notes.txt") == "why\n"
 
 
 def test_a_violation_stops_the_plan_with_no_commit(tmp_path: Path) -> None:
@@ -152,9 +133,7 @@ def test_a_violation_stops_the_plan_with_no_commit(tmp_path: Path) -> None:
     before = fingerprint(source)
     plan = write_plan(tmp_path, plan_item(1, "Fix add", [("calc.py", "edit")]))
     write_script(tmp_path, "P1", [put("calc.py", FIXED), shell("ln -s calc.py link.py")])
-    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
-    assert done.returncode == 1
-    status = status_of(done.stdout)
+    _, status = run_plan(plan, source, code=1)
     assert status["status"] == "needs_human"
     p1 = status["items"][0]
     assert p1["commit"] is None and p1["state"] == "failed"
@@ -167,53 +146,35 @@ def test_an_agent_failure_leaves_the_head_and_the_plan_resumable(tmp_path: Path)
     source = calc_source(tmp_path)
     plan = write_plan(tmp_path, plan_item(1, "Fix add", [("calc.py", "edit")]))
     write_script(tmp_path, "P1", [put("calc.py", "def add(a, b):\n    return 0\n")])
-    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
-    assert done.returncode == 1
-    status = status_of(done.stdout)
+    _, status = run_plan(plan, source, code=1)
     assert status["status"] == "paused"
     assert status["items"][0]["state"] == "failed" and status["head"] == status["base"]
     write_script(tmp_path, "P1", [put("calc.py", FIXED)])
-    again = status_of(plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path).stdout)
+    _, again = run_plan(plan, source)
     assert again["status"] == "done"
     assert [a["state"] for a in again["items"][0]["attempts"]] == ["failed", "completed"]
 
 
-def _wait_for(path: Path, text: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} never appeared in {path}")
-
-
 def test_sigkill_mid_item_then_run_again_recovers(tmp_path: Path) -> None:
-    source, plan = _two_items(tmp_path)
-    write_script(tmp_path, "P2", [shell("sleep 60")])
+    source, plan = calc_plan(tmp_path)
+    write_script(tmp_path, "P2", [shell("sleep 60.13")])
     before = fingerprint(source)
     out = tmp_path / "record"
     proc = subprocess.Popen(
         run_args(plan, source, "--output-dir", str(out)), cwd=tmp_path, env=os.environ.copy(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    _wait_for(out / "plan.events.jsonl", '"item": "P2"')
-    _wait_for(out / "plan.events.jsonl", '"kind": "item_running", "plan": "plan-')
-    time.sleep(1.5)  # the agent's `sleep` is running
+    wait_for_event(out, "item_settled")  # P1
+    wait_for_process("sleep 60.13")  # P2's agent is running
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     write_script(tmp_path, "P2", [put("sub.py", SUB)])
-    done = plan_cli(*run_args(plan, source, "--output-dir", str(out), "--json"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    status = status_of(done.stdout)
+    _, status = run_plan(plan, source, "--output-dir", str(out))
     p1, p2 = status["items"]
     assert [a["state"] for a in p1["attempts"]] == ["completed"]  # no commit twice
     assert [a["state"] for a in p2["attempts"]] == ["failed", "completed"]
     assert "Interrupted" in p2["attempts"][0]["reason"]
-    runner = dirs.state_dir() / "plans" / "repos" / f"{status['plan_id']}.git"
-    chain = subprocess.run(
-        ["git", f"--git-dir={runner}", "rev-list", status["head"]],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+    chain = runner_git(status["plan_id"], "rev-list", status["head"]).split()
     assert chain[:2] == [p2["commit"], p1["commit"]] and len(chain) == 3  # nothing lost
     assert not list(dirs.workspaces_dir().iterdir())  # no workspace left
     assert fingerprint(source) == before
@@ -222,7 +183,7 @@ def test_sigkill_mid_item_then_run_again_recovers(tmp_path: Path) -> None:
 
 
 def test_unapproved_command_does_not_start(tmp_path: Path) -> None:
-    source, plan = _two_items(tmp_path)
+    source, plan = calc_plan(tmp_path)
     args = run_args(plan, source)
     at = args.index("--allow-cmd")
     del args[at : at + 2]
@@ -231,3 +192,33 @@ def test_unapproved_command_does_not_start(tmp_path: Path) -> None:
     assert "--allow-cmd" in done.stderr and "P1:" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (dirs.state_dir() / "plans" / "plans.sqlite").exists()
+
+
+def test_the_users_gc_cannot_break_a_plan_and_an_item_without_cmd_says_dod_none(
+    tmp_path: Path,
+) -> None:
+    source, plan = calc_plan(tmp_path)
+    data = json.loads(plan.read_text())
+    data["items"][1]["acceptance"] = [{"type": "check", "text": "sub subtracts."}]
+    plan.write_text(json.dumps(data))
+    write_script(tmp_path, "P1", [put("calc.py", "def add(a, b):\n    return 0\n")])
+    _, status = run_plan(plan, source, code=1)  # P1 fails: the runner repo holds the base
+    base = status["base"]
+    # the user rewrites history and prunes: the plan's base commit is gone from the source
+    git(source, "checkout", "-q", "--orphan", "fresh")
+    git(source, "commit", "-qm", "fresh start")
+    git(source, "branch", "-D", "main")
+    git(source, "reflog", "expire", "--expire=now", "--all")
+    git(source, "gc", "-q", "--prune=now")
+    gone = subprocess.run(["git", "-C", str(source), "cat-file", "-e", base], capture_output=True)
+    assert gone.returncode != 0
+    write_script(tmp_path, "P1", [put("calc.py", FIXED)])
+    resumed = plan_cli("resume", status["plan_id"], "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    final = status_of(resumed.stdout)
+    assert [i["state"] for i in final["items"]] == ["committed", "committed"]
+    assert final["items"][1]["dod"] == "none"
+    body = runner_git(final["plan_id"], "log", "-1", "--format=%B", final["head"])
+    assert "Code-Runner-DoD: none" in body and "Plan-Item: P2" in body
+    record = Path(final["items"][0]["attempts"][0]["record_dir"]).parents[2]
+    assert "| none |" in (record / "plan.md").read_text()

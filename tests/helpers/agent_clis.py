@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from tests.helpers.git import make_repo
+from tests.helpers.programs import installed_program
 from tests.helpers.tasks import fingerprint, run_cli
 
 PY = sys.executable
@@ -40,19 +41,14 @@ CHECK = (
     "print('2 passed')\n"
 )
 DOD = f"{shlex.quote(PY)} check_calc.py"
-_INSTALL = "./scripts/bootstrap (npm install of @openai/codex and @anthropic-ai/claude-code)"
+_INSTALL = "./scripts/bootstrap --tests (npm install of @openai/codex, @anthropic-ai/claude-code)"
 BIN_ENV = {"codex": "CODE_RUNNER_CODEX_BIN", "claude": "CODE_RUNNER_CLAUDE_BIN"}
 
 
 def cli_program(name: str) -> str:
     """The installed CLI, or fail (CI) / skip (elsewhere) saying how to install it."""
     candidate = os.environ.get(BIN_ENV[name]) or str(CLI_BIN_DIR / name)
-    if os.access(candidate, os.X_OK):
-        return candidate
-    message = f"the {name} CLI is not installed at {candidate}; run {_INSTALL}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return installed_program(candidate, f"the {name} CLI", _INSTALL)
 
 
 def codex_program(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:

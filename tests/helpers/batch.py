@@ -3,6 +3,7 @@ Ray head for the whole session, and the /proc scan that proves no process of an 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -87,6 +88,16 @@ def wait_for(marker: str, timeout_s: float = 60.0) -> int:
             return found[0]
         time.sleep(0.05)
     raise AssertionError(f"no process with {marker!r} appeared")
+
+
+def wait_for_pid(path: Path, timeout_s: float = 60.0) -> int:
+    """The pid a try dir's `item.pid` names, once it is written."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was not written")
 
 
 def parent_of(pid: int) -> int:

@@ -9,6 +9,9 @@ user config raises `RealDirUsed` instead of touching it (pre-commit's
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,3 +58,46 @@ def forbid_real_dirs(monkeypatch: pytest.MonkeyPatch, real: dict[str, Path] = RE
         "user_config_path",
         _guarded(config.user_config_path, "user config", real["user config"]),
     )
+
+
+def dev_null_intact() -> str | None:
+    """None while /dev/null is the null device; else what replaced it, after putting the
+    device back (as root) so one broken test does not break every git call after it."""
+    try:
+        st = os.lstat("/dev/null")
+    except FileNotFoundError:
+        found = "nothing"
+    else:
+        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 1 and os.minor(st.st_rdev) == 3:
+            return None
+        found = f"mode {stat.filemode(st.st_mode)}, {st.st_size} bytes"
+    if os.geteuid() == 0:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink("/dev/null")
+        os.mknod("/dev/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        os.chmod("/dev/null", 0o666)
+    return found
+
+
+def mounts_under(base: Path) -> list[Path]:
+    """Mount points at or below `base` in this mount namespace, deepest first (a workspace's
+    overlay or an apply view that a killed run left for `gc`)."""
+    found: list[Path] = []
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            fields = line.split(b" ")
+            if len(fields) > 4:
+                point = Path(os.fsdecode(fields[4].decode("unicode_escape").encode("latin-1")))
+                if point == base or base in point.parents:
+                    found.append(point)
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+# Each directory variable a test gets its own copy of, and where under its root it points.
+ISOLATED_DIRS = (
+    ("HOME", "home"),
+    ("XDG_CONFIG_HOME", "config"),
+    ("XDG_STATE_HOME", "state"),
+    ("XDG_CACHE_HOME", "cache"),
+    ("CODE_RUNNER_STATE_DIR", "state/code-runner"),
+)

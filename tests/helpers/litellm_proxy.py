@@ -23,23 +23,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.programs import installed_program
+
 REPO = Path(__file__).resolve().parents[2]
 BIN_ENV = "CODE_RUNNER_LITELLM_BIN"
 MASTER_KEY = "sk-litellm-master-5e1f0c"
 MODEL = "scripted-model"
-_INSTALL = "./scripts/bootstrap (pip install of litellm[proxy] into .tools/litellm)"
+_INSTALL = "./scripts/bootstrap --tests (pip install of litellm[proxy] into .tools/litellm)"
 _START_S = 90.0
 
 
 def litellm_program() -> str:
     """The proxy's `litellm` command, or fail (CI) / skip (elsewhere) saying how to get it."""
     candidate = os.environ.get(BIN_ENV) or str(REPO / ".tools" / "litellm" / "bin" / "litellm")
-    if os.access(candidate, os.X_OK):
-        return candidate
-    message = f"the LiteLLM proxy is not installed at {candidate}; run {_INSTALL}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return installed_program(candidate, "the LiteLLM proxy", _INSTALL)
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,19 @@ def load_result(out_dir: Path, task_id: str = "fix-calc") -> dict[str, Any]:
     data = json.loads((out_dir / f"{task_id}.result.json").read_text())
     assert isinstance(data, dict)
     return data
+
+
+# A fork storm: forks sleeping children until refused, then prints `forked=N`.
+FORK_MANY = """
+import os, time
+forked = 0
+try:
+    for _ in range(300):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        forked += 1
+except OSError:
+    pass
+print(f"forked={forked}")
+"""

@@ -22,6 +22,7 @@ import pytest
 from code_runner.testing import anthropic_messages as msgs
 from code_runner.testing import responses_api as resp
 from code_runner.testing.scripted_server import ScriptedServer, SseEvent
+from tests.helpers.programs import installed_program
 from tests.helpers.tasks import fingerprint
 from tests.mcp_server.mcp_helpers import calc_source, fix_script, server_log, task_spec
 
@@ -68,11 +69,7 @@ def next_move(request: Mapping[str, Any]) -> msgs.Turn:
 
 
 def _claude(tmp_path: Path, server: ScriptedServer, source: Path, prompt: str) -> Any:
-    if not os.access(CLAUDE, os.X_OK):
-        message = f"the claude CLI is not installed at {CLAUDE}; run ./scripts/bootstrap"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    installed_program(str(CLAUDE), "the claude CLI", "./scripts/bootstrap --tests")
     config = {
         "mcpServers": {
             "code-runner": {
@@ -222,11 +219,7 @@ def codex_move(spec: dict[str, Any]) -> Callable[[Mapping[str, Any]], resp.Turn]
 
 
 def test_codex_hands_a_bug_to_code_runner_over_mcp(tmp_path: Path) -> None:
-    if not os.access(CODEX, os.X_OK):
-        message = f"the codex CLI is not installed at {CODEX}; run ./scripts/bootstrap"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    installed_program(str(CODEX), "the codex CLI", "./scripts/bootstrap --tests")
     source = calc_source(tmp_path)
     before = fingerprint(source)
     spec = task_spec(source, fix_script(tmp_path))

@@ -17,7 +17,7 @@ from code_runner.plans.outcome import Commit, Outcome
 from code_runner.plans.recovery import pay_owed
 from code_runner.plans.states import AttemptState, PlanStatus, RunEnd
 from code_runner.plans.store import PlanStore
-from tests.plans.helpers import file, plan_data
+from tests.helpers.plan_data import file, plan_data
 
 BASE = "a" * 40
 

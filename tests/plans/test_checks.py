@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.helpers.git import make_repo
-from tests.plans.helpers import BASE_FILES, cli, file, item, plan_data
+from tests.helpers.plan_data import BASE_FILES, cli, file, item, plan_data
 
 pytestmark = pytest.mark.integration
 

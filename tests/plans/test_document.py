@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from code_runner.plans.document import MAX_DEPTH, MAX_PLAN_BYTES, parse_plan_text
-from tests.plans.helpers import plan_data
+from tests.helpers.plan_data import plan_data
 
 
 def test_equivalent_json_and_yaml_give_the_same_data() -> None:

@@ -6,60 +6,24 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from code_runner import dirs
 from tests.helpers.git import git
 from tests.helpers.plan_runs import (
     FIXED,
-    calc_source,
+    MUL,
+    SUB,
+    calc_plan,
+    exports_of,
     plan_cli,
-    plan_item,
-    put,
-    run_args,
-    status_of,
-    write_plan,
-    write_script,
+    run_plan,
 )
 from tests.helpers.tasks import fingerprint
 
 pytestmark = pytest.mark.integration
-
-SUB = "def sub(a, b):\n    return a - b\n"
-MUL = "def mul(a, b):\n    return a * b\n"
-
-
-def _three_items(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
-    source = calc_source(tmp_path)
-    plan = write_plan(
-        tmp_path,
-        plan_item(1, "Fix add", [("calc.py", "edit")]),
-        plan_item(2, "Add sub", [("sub.py", "add")]),
-        plan_item(3, "Add mul", [("mul.py", "add")]),
-    )
-    write_script(tmp_path, "P1", [put("calc.py", FIXED)])
-    write_script(tmp_path, "P2", [put("sub.py", SUB)])
-    write_script(tmp_path, "P3", [put("mul.py", MUL)])
-    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    return source, status_of(done.stdout)
-
-
-def _exports(plan_id: str) -> list[tuple[str, str, str | None]]:
-    db = sqlite3.connect(dirs.state_dir() / "plans" / "plans.sqlite")
-    try:
-        rows = db.execute(
-            "SELECT kind, state, through_item FROM exports WHERE plan_id = ? ORDER BY id",
-            (plan_id,),
-        )
-        return [tuple(row) for row in rows]
-    finally:
-        db.close()
 
 
 def _export(plan_id: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -67,7 +31,8 @@ def _export(plan_id: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_export_form_on_one_plan(tmp_path: Path) -> None:
-    source, status = _three_items(tmp_path)
+    source, plan = calc_plan(tmp_path, 3)
+    _, status = run_plan(plan, source)
     plan_id, base = status["plan_id"], status["base"]
     p1, p2, p3 = (item["commit"] for item in status["items"])
     before = fingerprint(source)
@@ -98,6 +63,15 @@ def test_every_export_form_on_one_plan(tmp_path: Path) -> None:
     assert git(source, "rev-list", "plan/out").split() == [p3, p2, p1, base]
     assert git(source, "rev-parse", "HEAD").strip() == base
     assert git(source, "status", "--porcelain") == ""
+    # an export is a user action: its id replays it; another export under it is refused
+    named = ("--action-id", "0f6c8a52-7d4e-4b1a-8c3d-2e5f6a7b8c9d")
+    once = _export(plan_id, "--branch", "plan/two", "--through", "P2", *named, "--json")
+    git(source, "branch", "-D", "plan/two")
+    twice = _export(plan_id, "--branch", "plan/two", "--through", "P2", *named, "--json")
+    assert json.loads(twice.stdout) == {**json.loads(once.stdout), "replayed": True}
+    assert not git(source, "branch", "--list", "plan/two").strip()  # replayed: nothing done
+    other = _export(plan_id, "--branch", "plan/three", *named)
+    assert other.returncode == 2 and "already used" in other.stderr
 
     # applied and committed item by item, each commit with the plan's trailers
     done = _export(plan_id, "--apply", "--commit", "--through", "P2", "--json")
@@ -125,10 +99,11 @@ def test_every_export_form_on_one_plan(tmp_path: Path) -> None:
     refused = _export(plan_id, "--branch", "theirs")
     assert refused.returncode == 2 and "did not make" in refused.stderr
 
-    assert _exports(plan_id) == [
+    assert exports_of(plan_id) == [
         ("patches", "done", "P2"),
         ("branch", "done", "P1"),
         ("branch", "done", None),
+        ("branch", "done", "P2"),
         ("apply", "done", "P2"),
         ("apply", "failed", "P1"),
         ("branch", "failed", None),
@@ -143,6 +118,8 @@ def test_every_export_form_on_one_plan(tmp_path: Path) -> None:
         (("--branch", "x", "--through", "P9"), "has no item P9"),
         (("--branch", "x", "--through", "first"), "is not an item id"),
         (("--branch", "main"), "checked out"),
+        (("--branch", "-D"), "is not a branch name"),  # git itself refuses both names
+        (("--branch", "HEAD"), "is not a branch name"),
     ):
         done = _export(plan_id, *args)
         assert done.returncode == 2, (args, done.stderr)
@@ -165,4 +142,4 @@ def test_every_export_form_on_one_plan(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert git(source, "rev-parse", "HEAD") == head
     assert (source / "mul.py").read_text() == MUL and (source / "calc.py").read_text() == FIXED
-    assert _exports(plan_id)[-2:] == [("apply", "failed", None), ("apply", "done", None)]
+    assert exports_of(plan_id)[-2:] == [("apply", "failed", None), ("apply", "done", None)]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.git import make_repo
-from tests.plans.helpers import BASE_FILES, cli, file, item, plan_data
+from tests.helpers.plan_data import BASE_FILES, cli, file, item, plan_data
 
 pytestmark = pytest.mark.integration
 

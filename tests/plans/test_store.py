@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from code_runner.errors import IllegalTransition, LockHeld
+from code_runner.errors import IllegalTransition, LockHeld, UsageError
 from code_runner.plans.database import PlanRefused
 from code_runner.plans.lock import plan_lock
 from code_runner.plans.migrations import MIGRATIONS, StoreTooNew
@@ -27,7 +27,7 @@ from code_runner.plans.states import (
     settle_state,
 )
 from code_runner.plans.store import PlanStore
-from tests.plans.helpers import plan_data
+from tests.helpers.plan_data import plan_data
 
 pytestmark = pytest.mark.integration
 BASE = "a" * 40
@@ -132,6 +132,9 @@ def test_importing_the_same_plan_again_is_the_same_plan(store: PlanStore) -> Non
     )  # fmt: skip
     assert not created and again["plan_id"] == plan_id
     assert len(store.plans()) == 1
+    assert store.find_plan(plan_id) == store.find_plan(plan_id[:5]) == plan_id
+    with pytest.raises(UsageError, match="no plan 'nope' in the store"):
+        store.find_plan("nope")
 
 
 def test_items_publish_in_order_with_ledger_head_and_generation(store: PlanStore) -> None:

@@ -314,12 +314,17 @@ def test_sigkill_mid_round_then_gc_leaves_nothing(tmp_path: Path) -> None:
     proc, source, _ = _start_slow_run(tmp_path, sandbox="off")
     before = fingerprint(source)
     assert not no_workspaces()
-    sleepers = [
-        p
-        for p in psutil.process_iter(["cmdline", "cwd"])
-        if (p.info["cmdline"] or [])[-2:] == ["sleep", "60"]
-        and str(p.info["cwd"] or "").startswith(str(dirs.workspaces_dir()))
-    ]
+
+    def sleepers() -> list[psutil.Process]:
+        return [
+            p
+            for p in psutil.process_iter(["cmdline", "cwd"])
+            if (p.info["cmdline"] or [])[-2:] == ["sleep", "60"]
+            and str(p.info["cwd"] or "").startswith(str(dirs.workspaces_dir()))
+        ]
+
+    _wait_for(lambda: bool(sleepers()))  # the tool call is recorded before it starts
+    found = sleepers()
     proc.kill()
     proc.communicate()  # reaps it and closes its pipes
     out = run_cli("gc")
@@ -329,8 +334,8 @@ def test_sigkill_mid_round_then_gc_leaves_nothing(tmp_path: Path) -> None:
     assert fingerprint(source) == before
     status = json.loads((tmp_path / "out/fix-calc.status.json").read_text())
     assert status["state"] == "abandoned"
-    assert sleepers and "killed leftover processes" in out.stdout
-    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in sleepers)
+    assert "killed leftover processes" in out.stdout
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in found)
     assert run_cli("gc").stdout.strip() == "nothing to clean up"
 
 

@@ -42,6 +42,7 @@ def test_auto_falls_back_to_the_policy_and_says_why(
     posture = load_result(tmp_path / "out")["sandbox"]
     assert posture["kind"] == "none" and posture["mode"] == "auto"
     assert "probe failed" in posture["reason"] and "bwrap could not start" in posture["reason"]
+    assert _workspace_kind(tmp_path / "out") == "clone"  # unsandboxed: no shared cache
 
 
 def test_a_run_records_the_sandbox_it_used(tmp_path: Path) -> None:
@@ -51,15 +52,32 @@ def test_a_run_records_the_sandbox_it_used(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     posture = load_result(tmp_path / "out")["sandbox"]
     assert posture["kind"] == "bwrap" and posture["network"] == "off"
+    assert _workspace_kind(tmp_path / "out") == "overlay"
     assert posture["uid_inside"] == 1000 and posture["limits"]["file_size_mb"] == 512
 
 
-def test_doctor_shows_the_probe_and_the_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+def _workspace_kind(out: Path) -> str:
+    (events,) = out.glob("*events.jsonl")
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event["kind"] == "workspace_created":
+            return str(event["workspace_kind"])
+    return ""
+
+
+def test_doctor_and_dry_run_show_the_probe_the_limits_and_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = run_cli("doctor").stdout
     works = "works" if sandbox.probe().ok else "not available"
     assert f"sandbox: {works}" in text and "file_size:" in text and "enforced_by:" in text
+    assert "workspace: overlay over the checkout cache" in text  # a root runner, as CI
+    planned = run_cli("dry-run", str(_spec(tmp_path, "auto"))).stdout
+    assert "workspace: an overlay over the checkout cache" in planned
     monkeypatch.setenv("CODE_RUNNER_BWRAP", "/bin/false")
-    report = json.loads(run_cli("doctor", "--json").stdout)["sandbox"]
+    whole = json.loads(run_cli("doctor", "--json").stdout)
+    report = whole["sandbox"]
     assert set(report) >= {"ok", "reason", "fix", "mode", "limits"}
     assert report["ok"] is False and report["fix"] and "bwrap" in report["reason"]
     assert report["limits"]["enforced_by"].startswith(("cgroups", "rlimits only"))
+    assert whole["workspace"]["kind"] == "clone" and "sandbox uid" in whole["workspace"]["fallback"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from code_runner import sandbox
-from tests.helpers.agent_clis import codex_program
+from tests.helpers.agent_clis import BIN_ENV, KEY, KEY_ENV, cli_program, codex_program
 from tests.helpers.attacks import TALLY
 from tests.helpers.network import Listener
 from tests.helpers.web import Made, made_runs
@@ -88,3 +88,12 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Made]:
 def codex(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The real Codex CLI, for attacks made through an agent CLI's own tools."""
     yield from codex_program(monkeypatch)
+
+
+@pytest.fixture
+def claude(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The real Claude Code CLI, for attacks made through its own tools (no OS sandbox)."""
+    program = cli_program("claude")
+    monkeypatch.setenv(BIN_ENV["claude"], program)
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return program

@@ -7,6 +7,7 @@ budget, not when it ends."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,26 @@ def test_one_command_writing_without_end_is_killed_as_it_passes_the_budget(
         dump(run),
     )
     held(f"{mode}/endless: no call after it", len(run.tool_results) == 1, dump(run))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_agent_cli_writing_past_the_budget_is_stopped_during_its_round(
+    tmp_path: Path, mode: str
+) -> None:
+    """The `command:` backend stands for any agent CLI: it writes without the toolbox. The
+    workspace it filled is removed (`attack` checks that)."""
+    if mode == "required" and not sandbox.probe().ok:
+        pytest.skip("no working sandbox here")
+    source = calc_repo(tmp_path)
+    before = fingerprint(source)
+    backend = f"command:timeout_s=120 idle_timeout_s=120 -- sh -c {shlex.quote(ENDLESS)}"
+    run = attack(tmp_path, [], sandbox=mode, source=source, limits=LIMITS, backend=backend)
+    finished = [e for e in run.events if e["kind"] == "cli_finished"]
+    held(f"{mode}/cli: the run ended on its budget", run.result["reason"] == "disk_budget")
+    held(f"{mode}/cli: the message names the limit", "disk_mb = 5" in run.result["error"])
+    held(
+        f"{mode}/cli: the round was stopped on its budget, long before its timeout",
+        finished[-1]["ending"] == "disk_budget" and finished[-1]["duration_s"] < 30,
+        finished,
+    )
+    held(f"{mode}/cli: the source is unchanged", fingerprint(source) == before)

@@ -13,26 +13,13 @@ import pytest
 
 from tests.helpers.agent_clis import PY
 from tests.helpers.attacks import attack, call, cmd, dump, held
-from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint, write_task
+from tests.helpers.tasks import FIXED_BOTH, FORK_MANY, calc_repo, fingerprint, write_task
 from tests.security.unprivileged import Nobody, nobody
 
 pytestmark = pytest.mark.usefixtures("sandbox_works")
 __all__ = ["nobody"]  # a fixture
 
 LIMITS = {"processes": 32}
-FORK_MANY = """
-import os, time
-n = 0
-try:
-    for _ in range(200):
-        if os.fork() == 0:
-            time.sleep(20)
-            os._exit(0)
-        n += 1
-except OSError:
-    pass
-print(f"forked={n}")
-"""
 
 
 def _spec(who: Nobody, mode: str) -> Path:

@@ -26,9 +26,11 @@ def test_the_source_config_cannot_run_anything_during_an_export(tmp_path: Path) 
     repo = hardened.open_source(source)
     base = git(source, "rev-parse", "HEAD").strip()
     runner = ensure_runner_repo("plan-attack", repo, base)
+    patch = tmp_path / "p1.patch"
+    patch.write_text(PATCH)
     commit = runner.build_commit(
         parent=base,
-        patch=PATCH.encode(),
+        patch=patch,
         message="P1: x\n",
         identity=RUNNER_IDENTITY,
         ref="refs/code-runner/attempts/a1",

@@ -31,9 +31,12 @@ SECRET = "SECRET-OUTSIDE-THE-ROOTS"
 
 GET_ROUTES = (
     *("/task/{}", "/stream/task/{}", "/exec/{}", "/data/exec/{}", "/stream/exec/{}"),
-    *("/plan/{}", "/stream/plan/{}"),
+    *("/plan/{}", "/stream/plan/{}", "/part/exec/pending/{}", "/batch/{}"),
 )
-POST_ROUTES = ("/act/task/check/{}", "/act/task/reject/{}", "/act/exec/stop/{}")
+POST_ROUTES = (
+    *("/act/task/check/{}", "/act/task/reject/{}", "/act/exec/stop/{}"),
+    *("/act/exec/answer/{}", "/act/plan/continue/{}", "/act/plan/amend/{}"),
+)
 TRAVERSALS = (
     "0/../outside/out/fix-calc",
     "0/%2e%2e/outside/out/fix-calc",
@@ -77,6 +80,8 @@ def test_path_traversal_in_every_url_parameter_reads_nothing(made: Made, outside
     for attempt in TRAVERSALS:
         response = http.get("/compare", params={"run": attempt.replace("%2f", "/")})
         held(f"traversal /compare?run={attempt}", SECRET not in response.text)
+        response = http.get("/compare", params={"batch": attempt.replace("%2f", "/")})
+        held(f"traversal /compare?batch={attempt}", SECRET not in response.text)
     for static in ("/static/../app.py", "/static/%2e%2e/app.py", "/static/..%2fapp.py"):
         response = http.get(static)
         held(

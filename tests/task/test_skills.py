@@ -165,3 +165,17 @@ def test_a_backend_that_cannot_load_skills_is_refused_before_the_run(tmp_path: P
     with pytest.raises(PreflightError, match="cannot load them") as info:
         runner.preflight(spec, base_dir=tmp_path)
     assert "codex-cli or claude-cli" in (info.value.fix or "")
+
+
+def test_codex_with_full_access_is_refused_skills_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": "x = 1\n"})
+    write_skill(repo / ".skills" / "review")
+    monkeypatch.setenv("CODE_RUNNER_CODEX_BIN", "/bin/true")
+    data = _spec(repo, tmp_path / "out", [".skills/review"])
+    data["backend"] = "codex-cli:sandbox=danger-full-access api_key_env="
+    spec = validate_spec_data(data, base_dir=tmp_path, source="s")
+    with pytest.raises(PreflightError, match="danger-full-access") as info:
+        runner.preflight(spec, base_dir=tmp_path)
+    assert "remove `skills`" in (info.value.fix or "")

@@ -6,6 +6,7 @@ layouts), through real `code-runner run`, `apply --check` and `apply`.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from tests.helpers.git import git, make_repo
 from tests.helpers.projects import (
     DOD,
     FIXED,
+    PY,
     WRONG,
     editable_project,
     make_venv,
@@ -149,6 +151,41 @@ def test_under_the_sandbox_the_workspace_is_imported(
     assert result["sandbox"]["kind"] == "bwrap"
 
 
+def test_a_copy_in_the_base_interpreter_never_wins_under_the_sandbox(
+    tmp_path: Path, tools_dir: Path | None
+) -> None:
+    """The source lies under a dir the sandbox hides (/tmp), so `site` skips its editable
+    path entry and the shim puts it back: where `site` would have, before the base
+    interpreter's site packages that the `.venv` sees, which hold a `click` of their own
+    (code-runner depends on it). The project here is a `click` too: its own must win."""
+    source = make_repo(
+        tmp_path / "source",
+        {
+            "pyproject.toml": '[project]\nname = "click"\nversion = "0.1"\n'
+            '[build-system]\nrequires = ["setuptools"]\n'
+            'build-backend = "setuptools.build_meta"\n',
+            "src/click/__init__.py": "def value():\n    return 1\n",
+            ".gitignore": ".venv/\n*.egg-info/\n",
+        },
+    )
+    python = make_venv(source / ".venv", tools_dir)
+    pip = [PY, "-m", "pip", "--python", str(python), "install", "-q", "--no-index"]
+    pip += ["--no-build-isolation", "--no-deps", "-e", "."]
+    subprocess.run(pip, cwd=source, check=True, capture_output=True)
+    git(source, "update-index", "-q", "--refresh")
+    command = "python -c 'import click; assert click.value() == 2, click.__file__'"
+    rounds = [[write("src/click/__init__.py", "def value():\n    return 2\n")]]
+    spec = write_task(
+        tmp_path, source, rounds, allowlist=["src/click/__init__.py"], command=command
+    )
+    done = run_cli("run", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = load_result(tmp_path / "out")
+    assert result["status"] == "passed" and result["rounds"] == 1, result
+    # round 0 failed on the workspace's own copy (its path is the assertion's message)
+    assert "/wt/src/click/__init__.py" in result["round_details"][0]["verdict"]["stderr_tail"]
+
+
 def test_dry_run_shows_what_the_dod_will_see(tmp_path: Path, tools_dir: Path | None) -> None:
     source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir)
     spec = _task(tmp_path, source, "src", [[]], sandbox="off")
@@ -261,27 +298,16 @@ def test_a_poetry_environment_outside_the_repo_is_the_dods(
 def test_a_uv_managed_venv_with_and_without_the_sandbox(
     tmp_path: Path, tools_dir: Path | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`uv venv` + `uv pip install -e .`. Under the sandbox a DoD may name `.venv/bin/python`
-    (the source's `.venv` is bound read-only into the workspace); without it the workspace
-    has no `.venv`, so that DoD stops at preflight saying to write `python`, which is the
-    `.venv`'s there, and a DoD written so passes."""
+    """`uv venv` + `uv pip install -e .`, and a DoD that names `.venv/bin/python`: under the
+    sandbox the source's `.venv` is bound read-only into the workspace; without it, it is
+    linked there for the DoD. Either way the editable install resolves to the workspace, in
+    `run` and in `apply --check`."""
     source = uv_project(tmp_path, tools_dir)
     assert "uv = " in (source / ".venv" / "pyvenv.cfg").read_text()
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
     _found_with_the_editable_install(source, ".venv")
-    _passes_in_run_and_check(tmp_path, source, "auto", command=VENV_DOD)
-    _passes_in_run_and_check(tmp_path, source, "off")
-    spec = write_task(
-        tmp_path / "off",
-        source,
-        [[]],
-        task_id="venv-python",
-        allowlist=[module_path("src")],
-        command=VENV_DOD,
-        sandbox="off",
-    )
-    refused = run_cli("run", str(spec))
-    assert refused.returncode == 3 and "dod_cannot_start" in refused.stdout + refused.stderr
-    said = refused.stdout + refused.stderr
-    assert f"write the command with `python`, which is {source / '.venv'}/bin/python" in said
+    for sandbox in ("auto", "off"):
+        _passes_in_run_and_check(tmp_path, source, sandbox, command=VENV_DOD)
+        out = tmp_path / sandbox / "out"
+        assert ".venv" not in (out / "fix-calc.patch").read_text()

@@ -95,7 +95,7 @@ def test_no_hook_fsmonitor_or_filter_of_the_source_runs(source: Path, tmp_path: 
     (ws.work_tree / "src/app.py").write_text("x = 2\n")
     audit = ws.audit(paths.Allowlist.parse(["src"]))
     assert [c.path for c in audit.allowed] == ["src/app.py"]
-    patch = ws.export(ws.keep()).patch
+    patch = ws.export(ws.keep()).patch_path.read_bytes()
     assert b"x = 2" in patch
     ws.release()
     after = snapshot.take(repo)
@@ -231,11 +231,9 @@ def test_patch_applies_on_clean_base_and_reproduces_tree(source: Path, tmp_path:
     tree = ws.keep()
     exported = ws.export(tree)
     assert exported.applies_on_base and exported.detail == ""
-    patch = exported.patch
     clone = tmp_path / "check"
     git(tmp_path, "clone", "-q", str(source), str(clone))
-    (tmp_path / "p.patch").write_bytes(patch)
-    git(clone, "apply", "--binary", "--index", str(tmp_path / "p.patch"))
+    git(clone, "apply", "--binary", "--index", str(exported.patch_path))
     assert git(clone, "write-tree").strip() == tree
 
 

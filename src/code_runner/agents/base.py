@@ -6,7 +6,7 @@ audits real git state and runs the DoD after every round."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -58,6 +58,9 @@ class RoundContext:
     env: Mapping[str, str] = field(default_factory=dict)
     deadline: float | None = None  # time.monotonic() at which the run's wall clock ends
     skills: tuple[Skill, ...] = ()  # the spec's named skills, as read at the run's start
+    # asked while an agent's own program runs (agent CLIs): True stops the round at once,
+    # and the runner ends the run (the run's `limits.disk_mb` is spent)
+    over_budget: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

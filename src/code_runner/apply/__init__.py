@@ -29,6 +29,7 @@ from code_runner.apply.commit import (
 )
 from code_runner.apply.dod_sandbox import DodSandbox, decide_dod_sandbox
 from code_runner.apply.journal import apply_lock
+from code_runner.apply.patch_copy import private_patch
 from code_runner.apply.plan import ApplyRequest, PathChange, Plan, prepare
 from code_runner.apply.repair import Repair, repair, repair_stale
 from code_runner.apply.step import ApplyOutcome, apply_patch
@@ -52,6 +53,7 @@ __all__ = [
     "commit_title",
     "decide_dod_sandbox",
     "prepare",
+    "private_patch",
     "repair",
     "repair_stale",
 ]

@@ -17,12 +17,13 @@ from code_runner import dirs, files, verify, workspace
 from code_runner.apply.commit import GitIdentity
 from code_runner.apply.dod_sandbox import DodSandbox, checkout_wrapper, decide_dod_sandbox
 from code_runner.apply.journal import apply_lock
+from code_runner.apply.patch_copy import is_blank, private_patch
 from code_runner.apply.plan import ApplyRequest, Plan, prepare
 from code_runner.apply.repair import Repair
 from code_runner.apply.repair import repair as repair_journal
 from code_runner.apply.step import ApplyOutcome, apply_patch
 from code_runner.clock import utc_now
-from code_runner.errors import ApplyRefused, UsageError
+from code_runner.errors import ApplyRefused, PreflightError, UsageError
 from code_runner.events import EventKind
 from code_runner.record import RunRecord
 from code_runner.record.finished import FinishedRun
@@ -45,7 +46,7 @@ def _must_be_appliable(run: FinishedRun) -> None:
             + (f" (commit {commit})." if commit else " (left in the working tree)."),
             fix="nothing to do; `git revert` or `git restore` it in the source to undo.",
         )
-    if not run.patch.strip():
+    if is_blank(run.paths.patch):
         raise UsageError(
             f"run {run.run_id} has an empty patch: there is nothing to apply.",
             fix="nothing to do; the run made no allowlisted change.",
@@ -78,15 +79,37 @@ def dod_env(run: FinishedRun) -> Iterator[dict[str, str]]:
         files.force_rmtree(root)
 
 
-def request(run: FinishedRun, **options: Any) -> ApplyRequest:
-    source = git.open_source(run.cwd)
+@contextlib.contextmanager
+def verified_patch(run: FinishedRun) -> Iterator[Path]:
+    """The run's patch, copied privately and checked against its sealed digest on the way:
+    what git is given, never the record's own file."""
+    chunks = files.read_chunks(run.paths.patch)
+    with private_patch(chunks, sha256=run.patch_sha256, name=run.run_id) as path:
+        yield path
+
+
+def _source(run: FinishedRun) -> git.Repo:
+    """The run's source repo; `ApplyRefused` naming the fix when it is gone or moved (the
+    record's `cwd` cannot be edited, so "set cwd in the spec" would not help)."""
+    try:
+        return git.open_source(run.cwd)
+    except PreflightError as exc:
+        raise ApplyRefused(
+            f"the run's source repo {run.cwd} cannot be used: {exc.message}",
+            fix=f"restore the repository at {run.cwd}, or apply the patch by hand in another "
+            f"checkout: git apply {run.paths.patch}",
+        ) from None
+
+
+def request(run: FinishedRun, patch: Path, **options: Any) -> ApplyRequest:
+    source = _source(run)
     return ApplyRequest(
         source=source,
         run_id=run.run_id,
         task_id=run.task_id,
         title=run.title,
         base=run.base,
-        patch=run.patch,
+        patch=patch,
         allowlist=run.allowlist,
         dod=run.dod,
         env=options.pop("env", {}),
@@ -114,9 +137,10 @@ def plan(run: FinishedRun, *, commit: bool, author: GitIdentity | None) -> Plan:
             fix=f"run `code-runner apply {run.paths.output_dir}` (or `code-runner gc`) to "
             "repair it first.",
         )
-    req = request(run, commit=commit, author=author)
-    with apply_lock(req.source.git_dir):
-        return prepare(req, snapshot.take(req.source))
+    with verified_patch(run) as patch:
+        req = request(run, patch, commit=commit, author=author)
+        with apply_lock(req.source.git_dir):
+            return prepare(req, snapshot.take(req.source))
 
 
 def dod_sandbox(run: FinishedRun, *, unsandboxed: bool = False) -> DodSandbox:
@@ -139,16 +163,19 @@ def check_dod(run: FinishedRun, plan_: Plan, *, unsandboxed: bool = False) -> ve
 
     Sandboxed like a run's DoD (the checkout is handed to the sandbox's uid)."""
     walls = dod_sandbox(run, unsandboxed=unsandboxed)
-    source = git.open_source(run.cwd)
+    source = _source(run)
     name = f"{run.run_id[:60]}-check-{secrets.token_hex(3)}"
     ws = workspace.create(source, plan_.head, run_id=name, project=from_section(run.cwd, run.env))
     try:
-        ws.repo.run("apply", "--binary", "--index", "-", input_bytes=run.patch)
+        with verified_patch(run) as patch:
+            ws.repo.run("apply", "--binary", "--index", "--", str(patch))
         ws.materialize()
         with checkout_wrapper(walls, ws, ws.env(), name) as wrap:
-            if wrap is None:
-                ws.empty_scratch()
-            return verify.run_dod(run.dod, cwd=ws.work_tree, env=ws.env(), wrap_argv=wrap)
+            if wrap is not None:
+                return verify.run_dod(run.dod, cwd=ws.work_tree, env=ws.env(), wrap_argv=wrap)
+            ws.empty_scratch()
+            with ws.unsandboxed_dependencies():
+                return verify.run_dod(run.dod, cwd=ws.work_tree, env=ws.env())
     finally:
         ws.release()
 
@@ -182,11 +209,9 @@ def apply_run(
     `unsandboxed` (and a run whose mode was `auto`), or when the run's mode was `off`."""
     _must_be_appliable(run)
     walls = dod_sandbox(run, unsandboxed=unsandboxed)
-    with dod_env(run) as env:
-        outcome = apply_patch(
-            request(run, commit=commit, author=author, run_hooks=run_hooks, env=env, sandbox=walls),
-            record,
-        )
+    with dod_env(run) as env, verified_patch(run) as patch:
+        options = {"run_hooks": run_hooks, "env": env, "sandbox": walls}
+        outcome = apply_patch(request(run, patch, commit=commit, author=author, **options), record)
     decided = {"decision": "applied"} if outcome.ok else {}
     record.write_result(
         run.result.updated(
@@ -232,4 +257,5 @@ __all__ = [
     "reject",
     "repair_first",
     "request",
+    "verified_patch",
 ]

@@ -3,7 +3,9 @@ said so, without it.
 
 The patched code runs in the user's repo, so it gets the run's walls: network off, HOME and
 TMPDIR a private tmpfs, secrets masked, a PID namespace, the limits. The repo is bound
-read-write at its own path and no file changes owner (`sandbox.open_source_session`).
+read-write at its own path and no file changes owner (`sandbox.open_source_session`); a root
+runner's DoD runs as a uid of its own through an id-mapped view of the repo, and no DoD may
+make a set-user-ID or set-group-ID file.
 `--check` runs in a disposable checkout under a run's ordinary session.
 
 `decide_dod_sandbox` turns the run's sandbox mode into a `DodSandbox`: `required` without a
@@ -83,9 +85,11 @@ def source_wrapper(
     env: Mapping[str, str],
     name: str,
     frozen: Sequence[Path] = (),
+    said: Callable[[Mapping[str, object]], None] | None = None,
 ) -> Iterator[Wrapper | None]:
     """The DoD's `wrap_argv` in the user's repo (None: unsandboxed, as decided). `frozen`
-    files are read-only inside (the tracked files the patch leaves alone)."""
+    files are read-only inside (the tracked files the patch leaves alone). `said` hears
+    which uid the DoD runs as, and how (`Session.tree_posture`)."""
     if not walls.use:
         yield None
         return
@@ -104,6 +108,8 @@ def source_wrapper(
         frozen=frozen if len(frozen) <= MAX_FROZEN else (),
     )
     with session:
+        if said is not None:
+            said(session.tree_posture())
         yield session.wrap
 
 

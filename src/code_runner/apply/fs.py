@@ -13,8 +13,9 @@ import contextlib
 import errno
 import hashlib
 import os
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +24,8 @@ from typing import Any
 from code_runner.errors import CodeRunnerError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+CHUNK_BYTES = 1 << 20  # content is hashed, copied and compared in pieces, never whole
 
 
 class UnsafePath(CodeRunnerError):
@@ -106,8 +109,38 @@ def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
         return None
 
 
-def read_state(root: Path, rel: str) -> tuple[FileState, bytes | None]:
-    """The state of `root/rel` and, for a regular file, its bytes."""
+def blob_digest(object_format: str, size: int) -> Any:
+    """A running git blob id for `size` bytes of content (feed it the content in pieces)."""
+    digest = hashlib.new(object_format)
+    digest.update(b"blob %d\0" % size)
+    return digest
+
+
+def hashed(chunks: Iterable[bytes], *digests: Any) -> Iterator[bytes]:
+    """`chunks`, unchanged, each also fed to every digest on its way through."""
+    for chunk in chunks:
+        for digest in digests:
+            digest.update(chunk)
+        yield chunk
+
+
+def digest_file(path: Path, object_format: str | None = None) -> tuple[str, str | None]:
+    """The sha256 of a private file (and its git blob id), read in pieces."""
+    sha = hashlib.sha256()
+    blob = blob_digest(object_format, path.stat().st_size) if object_format else None
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            sha.update(chunk)
+            if blob is not None:
+                blob.update(chunk)
+    return sha.hexdigest(), blob.hexdigest() if blob is not None else None
+
+
+def read_state(
+    root: Path, rel: str, object_format: str | None = None
+) -> tuple[FileState, str | None]:
+    """The state of `root/rel` and, for a regular file when `object_format` is given, its git
+    blob id. The content is hashed in pieces, never held whole."""
     with _parent(root, rel, create=False) as pfd:
         if pfd is None:
             return MISSING, None
@@ -119,15 +152,40 @@ def read_state(root: Path, rel: str) -> tuple[FileState, bytes | None]:
             return FileState(Kind.DIR, stat.S_IMODE(st.st_mode)), None
         if not stat.S_ISREG(st.st_mode):
             return FileState(Kind.OTHER, stat.S_IMODE(st.st_mode)), None
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        fd = os.open(name, _FILE_FLAGS, dir_fd=pfd)
         with os.fdopen(fd, "rb") as f:
-            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
-            data = f.read()
-    return FileState.of_bytes(data, mode), data
+            fst = os.fstat(f.fileno())
+            mode = stat.S_IMODE(fst.st_mode)
+            sha = hashlib.sha256()
+            blob = blob_digest(object_format, fst.st_size) if object_format else None
+            size = 0
+            while chunk := f.read(CHUNK_BYTES):
+                size += len(chunk)
+                sha.update(chunk)
+                if blob is not None:
+                    blob.update(chunk)
+    blob_id = None
+    if blob is not None:  # a file that changed size while read matches no blob id
+        blob_id = blob.hexdigest() if size == fst.st_size else "changed while read"
+    return FileState(Kind.FILE, mode, sha.hexdigest()), blob_id
 
 
-def put_file(root: Path, rel: str, data: bytes, mode: int, *, tmp_name: str) -> None:
-    """Make `root/rel` a regular file holding `data` with `mode`, atomically."""
+def file_chunks(root: Path, rel: str) -> Iterator[bytes]:
+    """The bytes of the regular file `root/rel`, in pieces, reached without any symlink."""
+    with _parent(root, rel, create=False) as pfd:
+        if pfd is None:
+            raise FileNotFoundError(rel)
+        fd = os.open(_split(rel)[-1], _FILE_FLAGS, dir_fd=pfd)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise UnsafePath(f"{rel} is not a regular file.")
+            while chunk := f.read(CHUNK_BYTES):
+                yield chunk
+
+
+def put_file(root: Path, rel: str, data: bytes | Path, mode: int, *, tmp_name: str) -> None:
+    """Make `root/rel` a regular file holding `data` (or the content of the private file
+    `data`, copied in pieces) with `mode`, atomically."""
     with _parent(root, rel, create=True) as pfd:
         assert pfd is not None
         name = _split(rel)[-1]
@@ -144,7 +202,11 @@ def put_file(root: Path, rel: str, data: bytes, mode: int, *, tmp_name: str) -> 
         )
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if isinstance(data, Path):
+                    with data.open("rb") as content:
+                        shutil.copyfileobj(content, f, CHUNK_BYTES)
+                else:
+                    f.write(data)
                 f.flush()
                 os.fchmod(f.fileno(), mode)
                 os.fsync(f.fileno())

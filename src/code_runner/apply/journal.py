@@ -10,7 +10,6 @@ an open journal whose process is gone.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -292,15 +291,15 @@ def restore(journal: Journal) -> list[str]:  # noqa: C901 - ordered passes that 
         if classify(root, entry) == "before":
             continue
         assert entry.saved is not None
-        data = (journal.prior_dir / entry.saved).read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry.before.sha256:
+        saved = journal.prior_dir / entry.saved
+        if fs.digest_file(saved)[0] != entry.before.sha256:
             raise JournalError(
                 f"the saved copy of {entry.path} ({journal.prior_dir / entry.saved}) does not "
                 "match the digest in the journal.",
                 fix="the apply record was changed; restore the file from your own backup.",
             )
-        fs.put_file(
-            root, entry.path, data, entry.before.mode, tmp_name=tmp_name(journal.token, index)
+        fs.put_file(  # streamed from the saved copy; `differing` checks it after
+            root, entry.path, saved, entry.before.mode, tmp_name=tmp_name(journal.token, index)
         )
     return kept
 

@@ -9,13 +9,14 @@ overlaps the allowlist (tracked or untracked); each touched path holds exactly i
 nothing else is staged and a git identity exists.
 
 Blobs are read through a scratch object directory, so planning writes no byte into `.git`.
+Nothing is held whole: git reads the patch from its private copy (`patch_copy`), and each
+target's content is streamed into that copy's private directory and hashed there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ import code_runner.apply.journal as journal
 from code_runner.apply.commit import GitIdentity, commit_identity, commit_message
 from code_runner.apply.dod_sandbox import DodSandbox
 from code_runner.apply.fs import FileState, Kind
+from code_runner.apply.patch_copy import is_blank
 from code_runner.errors import ApplyRefused
 from code_runner.record import RecordPaths
 from code_runner.repo import git, snapshot
@@ -51,7 +53,7 @@ class ApplyRequest:
     task_id: str
     title: str
     base: str
-    patch: bytes
+    patch: Path  # a private copy (`patch_copy.private_patch`); its directory is our scratch
     allowlist: paths.Allowlist
     dod: DefinitionOfDone
     env: Mapping[str, str]  # the DoD's environment (private HOME and TMPDIR)
@@ -105,8 +107,7 @@ class Plan:
     changes: tuple[PathChange, ...]
     entries: tuple[journal.Entry, ...]
     dirs: tuple[journal.DirEntry, ...]
-    prior: Mapping[str, bytes]  # path -> prior bytes, for files that exist
-    target: Mapping[str, bytes]  # path -> target bytes, for files that will exist
+    target: Mapping[str, Path]  # path -> a private file of its target content
     stat: str
     identity: GitIdentity | None
 
@@ -133,10 +134,6 @@ class Plan:
 def common_dir(source: git.Repo) -> Path:
     out = source.out("rev-parse", "--path-format=absolute", "--git-common-dir")
     return Path(out)
-
-
-def _blob_id(data: bytes, object_format: str) -> str:
-    return hashlib.new(object_format, b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _umask() -> int:
@@ -181,11 +178,13 @@ def _strict(source: git.Repo) -> git.Repo:
     return dataclasses.replace(source, overrides=source.overrides + extra)
 
 
-def index_with_patch(source: git.Repo, head: str, patch: bytes, env: dict[str, str]) -> str:
-    """Fill the index named by `env` with HEAD + patch; the stderr of a failed apply or ''."""
+def index_with_patch(source: git.Repo, head: str, patch: Path, env: dict[str, str]) -> str:
+    """Fill the index named by `env` with HEAD + patch; the stderr of a failed apply or ''.
+
+    git reads the patch from `patch`, the private copy, never from the record."""
     source.run("read-tree", head, env=env)
     result = _strict(source).run(
-        "apply", "--cached", "--binary", "-", input_bytes=patch, env=env, check=False
+        "apply", "--cached", "--binary", "--", str(patch), env=env, check=False
     )
     return "" if result.ok else (result.stderr.decode("utf-8", "replace").strip() or "rejected")
 
@@ -208,7 +207,7 @@ def prepare(req: ApplyRequest, pre: snapshot.SourceSnapshot) -> Plan:
     source = req.source
     root = source.work_tree
     assert root is not None
-    if not req.patch.strip():
+    if is_blank(req.patch):
         raise ApplyRefused(
             "the patch is empty: there is nothing to apply.",
             fix="nothing to do; the run made no allowlisted change.",
@@ -257,17 +256,11 @@ def prepare(req: ApplyRequest, pre: snapshot.SourceSnapshot) -> Plan:
         tree = source.out("write-tree", env=env)
         changes = _read_changes(source, head, env)
         _check_changes(req, changes)
-        stat = _strict(source).run(
-            "apply", "--stat", "--binary", "-", input_bytes=req.patch, check=False
-        )
-        target = {
-            c.path: source.run("cat-file", "blob", c.new_oid, env=env).stdout
-            for c in changes
-            if c.new_mode in _REGULAR_MODES
-        }
+        stat = _strict(source).run("apply", "--stat", "--binary", "--", str(req.patch), check=False)
+        target, target_sha = _read_targets(req, changes, env)
     _check_dirty_overlap(req)
     _check_staged(req, head)
-    entries, dirs, prior = _check_paths(req, changes, target)
+    entries, dirs = _check_paths(req, changes, target_sha)
     identity = None
     if req.commit:
         identity = commit_identity(source, req.author)
@@ -287,11 +280,35 @@ def prepare(req: ApplyRequest, pre: snapshot.SourceSnapshot) -> Plan:
         changes=tuple(changes),
         entries=tuple(entries),
         dirs=tuple(dirs),
-        prior=prior,
         target=target,
         stat=stat.stdout.decode("utf-8", "replace"),
         identity=identity,
     )
+
+
+def _read_targets(
+    req: ApplyRequest, changes: list[PathChange], env: dict[str, str]
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """Each target's content, streamed from git into a private file beside the patch copy
+    and checked against its blob id; (path -> file, path -> sha256)."""
+    object_format = req.source.out("rev-parse", "--show-object-format")
+    into = Path(tempfile.mkdtemp(prefix="target-", dir=req.patch.parent))
+    target: dict[str, Path] = {}
+    sha: dict[str, str] = {}
+    for index, c in enumerate(changes):
+        if c.new_mode not in _REGULAR_MODES:
+            continue
+        path = into / str(index)
+        with path.open("wb") as f:
+            req.source.run("cat-file", "blob", c.new_oid, env=env, stdout_file=f)
+        sha[c.path], blob_id = fs.digest_file(path, object_format)
+        if blob_id != c.new_oid:
+            raise ApplyRefused(
+                f"git gave content for {c.path} that is not its blob {c.new_oid}.",
+                fix="run `git fsck` in the source; its object store may be damaged.",
+            )
+        target[c.path] = path
+    return target, sha
 
 
 def _check_changes(req: ApplyRequest, changes: list[PathChange]) -> None:
@@ -362,8 +379,8 @@ def _check_staged(req: ApplyRequest, head: str) -> None:
 
 
 def _check_paths(  # noqa: C901 - one refusal per precondition on a path, in reading order
-    req: ApplyRequest, changes: list[PathChange], target: Mapping[str, bytes]
-) -> tuple[list[journal.Entry], list[journal.DirEntry], dict[str, bytes]]:
+    req: ApplyRequest, changes: list[PathChange], target_sha: Mapping[str, str]
+) -> tuple[list[journal.Entry], list[journal.DirEntry]]:
     """Each touched path holds its HEAD bytes (status can miss assume-unchanged files), and
     nothing on the way is a symlink. Returns the journal entries."""
     source = req.source
@@ -374,7 +391,6 @@ def _check_paths(  # noqa: C901 - one refusal per precondition on a path, in rea
     check_modes = filemode.stdout.decode().strip() != "false"
     problems: list[str] = []
     entries: list[journal.Entry] = []
-    prior: dict[str, bytes] = {}
     paths = [c.path for c in changes]
     dir_entries: list[journal.DirEntry] = []
     for d in fs.ancestors(paths):
@@ -386,7 +402,7 @@ def _check_paths(  # noqa: C901 - one refusal per precondition on a path, in rea
         problems.append("the patch turns a file into a directory or back; apply it by hand")
     for index, change in enumerate(changes):
         try:
-            state, data = fs.read_state(root, change.path)
+            state, blob_id = fs.read_state(root, change.path, object_format)
         except fs.UnsafePath as exc:
             problems.append(exc.message)
             continue
@@ -394,27 +410,26 @@ def _check_paths(  # noqa: C901 - one refusal per precondition on a path, in rea
             if state.kind is not Kind.MISSING:
                 problems.append(f"{change.path} already exists in the source ({state.kind})")
                 continue
-        elif state.kind is not Kind.FILE or data is None:
+        elif state.kind is not Kind.FILE or blob_id is None:
             problems.append(f"{change.path} is {state.kind.value} in the source, not a file")
             continue
-        elif _blob_id(data, object_format) != change.old_oid:
+        elif blob_id != change.old_oid:
             problems.append(f"{change.path} differs from HEAD in the source")
             continue
         elif check_modes and bool(state.mode & 0o100) != (change.old_mode == "100755"):
             problems.append(f"{change.path} has a different executable bit than HEAD")
             continue
-        if data is not None:
-            prior[change.path] = data
         after = fs.MISSING
-        if change.path in target:
-            after = FileState.of_bytes(target[change.path], _target_mode(change.new_mode, state))
-        entries.append(
-            journal.Entry(change.path, state, after, str(index) if data is not None else None)
-        )
+        if change.path in target_sha:
+            after = FileState(
+                Kind.FILE, _target_mode(change.new_mode, state), target_sha[change.path]
+            )
+        saved = str(index) if state.kind is Kind.FILE else None
+        entries.append(journal.Entry(change.path, state, after, saved))
     if problems:
         raise ApplyRefused(
             "the source is not in a state to take the patch: " + "; ".join(problems[:10]) + ".",
             fix="make those paths match HEAD (commit, stash or remove local changes), then "
             "apply again.",
         )
-    return entries, dir_entries, prior
+    return entries, dir_entries

@@ -82,7 +82,7 @@ class Transaction:
             files.force_rmtree(prior_dir)
         for entry in self.plan.entries:  # prior bytes first: the journal points at them
             if entry.saved is not None:
-                files.atomic_write_bytes(prior_dir / entry.saved, self.plan.prior[entry.path])
+                self._save_prior(entry)
         self.journal.save()  # durable, before the first byte of the source changes
         journal.register(self.journal)  # how `gc` finds it if this process dies
         self.entered = True
@@ -107,6 +107,19 @@ class Transaction:
                     self.rollback_error = f"{type(failed).__name__}: {failed}"
         if not self.journal.is_open:
             journal.unregister(self.req.run_id)
+
+    def _save_prior(self, entry: journal.Entry) -> None:
+        """Copy the path's prior bytes, in pieces, beside the journal; they must still be the
+        bytes the plan checked against HEAD."""
+        assert entry.saved is not None
+        digest = hashlib.sha256()
+        chunks = fs.hashed(fs.file_chunks(self.root, entry.path), digest)
+        files.atomic_write_chunks(self.journal.prior_dir / entry.saved, chunks, mode=0o600)
+        if digest.hexdigest() != entry.before.sha256:
+            raise ApplyRefused(
+                f"{entry.path} changed in the source since the apply was planned.",
+                fix="leave the source alone while an apply runs, then apply again.",
+            )
 
     # -- steps --
 
@@ -158,9 +171,16 @@ class Transaction:
             tmp.mkdir()
             env = {**self.req.env, "HOME": str(home), "TMPDIR": str(tmp)}
             name = f"apply-{self.req.run_id[:60]}-{self.journal.token}"
+            runs_as: dict[str, object] = {}
             wrap = stack.enter_context(
                 source_wrapper(
-                    walls, self.root, self.req.source.git_dir, env, name, self._untouched()
+                    walls,
+                    self.root,
+                    self.req.source.git_dir,
+                    env,
+                    name,
+                    self._untouched(),
+                    said=runs_as.update,
                 )
             )
             verdict = verify.run_dod(
@@ -177,6 +197,7 @@ class Transaction:
             passed=verdict.passed,
             exit_code=verdict.exit_code,
             reason=verdict.reason,
+            **({"runs_as": runs_as} if runs_as else {}),
         )
         self._move_byproducts(pre)
         return verdict
@@ -255,21 +276,25 @@ class Transaction:
 
     def _check_objects(self, tree: str) -> None:
         """Every blob the commit names holds exactly the verified bytes: each object is read
-        back, hashed from its content, and compared with the bytes the DoD judged."""
-        source, plan = self.req.source, self.plan
-        for path, wanted in plan.target.items():
-            oid = source.out("rev-parse", "--verify", "--end-of-options", f"{tree}:{path}")
-            body = source.run("cat-file", "blob", oid).stdout
-            header = f"blob {len(body)}\0".encode()
-            algo = hashlib.sha256 if len(oid) == 64 else hashlib.sha1
-            if algo(header + body).hexdigest() != oid or body != wanted:
-                raise CodeRunnerError(
-                    f"the object for {path} ({oid}) does not hold the verified bytes; "
-                    "nothing was committed"
-                )
-            _, on_disk = fs.read_state(self.root, path)
-            if on_disk != wanted:
-                raise CodeRunnerError(f"{path} changed after the DoD; nothing was committed")
+        back in pieces, hashed from its content (its blob id and its sha256), and compared
+        with the digest of the bytes the DoD judged."""
+        source = self.req.source
+        after = {e.path: e.after for e in self.plan.entries if e.after.kind is Kind.FILE}
+        with tempfile.TemporaryDirectory(prefix="code-runner-objects-") as tmp:
+            for path, wanted in after.items():
+                oid = source.out("rev-parse", "--verify", "--end-of-options", f"{tree}:{path}")
+                body = Path(tmp) / "blob"
+                with body.open("wb") as f:
+                    source.run("cat-file", "blob", oid, stdout_file=f)
+                sha, blob_id = fs.digest_file(body, "sha256" if len(oid) == 64 else "sha1")
+                if blob_id != oid or sha != wanted.sha256:
+                    raise CodeRunnerError(
+                        f"the object for {path} ({oid}) does not hold the verified bytes; "
+                        "nothing was committed"
+                    )
+                on_disk, _ = fs.read_state(self.root, path)
+                if on_disk.sha256 != wanted.sha256:
+                    raise CodeRunnerError(f"{path} changed after the DoD; nothing was committed")
 
     def _commit_with_hooks(self, env: dict[str, str], message: str) -> str:
         """`git commit` with the source's own hooks, then prove the hooks changed nothing."""

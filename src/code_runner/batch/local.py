@@ -1,8 +1,9 @@
-"""The local engine: N slots on this machine, one thread each, driving one child per item.
+"""The local engine: N slots on this machine, one thread each, each with a resident item
+process started up front (`slots`) that runs its items one after another.
 
-A child killed by someone else (`WorkerLost`) is an infrastructure failure: the item is run
+An item process killed by someone else (`WorkerLost`) is an infrastructure failure: the item is run
 again on a slot, up to `max_retries` times, and recorded once. A cancel sets the item's flag;
-the slot ends the child's tree within a poll, after the grace.
+the slot ends the item process's tree within a poll, after the grace.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import replace
 from code_runner.batch.engine import Completion, EngineOptions, Handle
 from code_runner.batch.items import Item
 from code_runner.batch.results import ItemResult, ItemStatus, WorkerLost
+from code_runner.batch.slots import ResidentPool
 from code_runner.batch.work import Cancel, run_item
 
 
@@ -31,6 +33,8 @@ class LocalEngine:
         self._running: set[int] = set()
         self._done: queue.Queue[Completion] = queue.Queue()
         self._lock = threading.Lock()
+        self._residents = ResidentPool(label=str(options.run_dir))
+        self._residents.prestart(options.slots)
 
     @property
     def capacity(self) -> int:
@@ -41,7 +45,7 @@ class LocalEngine:
         while True:
             tries += 1
             try:
-                result = run_item(handle.item, self.options.run_dir, cancel)
+                result = run_item(handle.item, self.options.run_dir, cancel, pool=self._residents)
                 return replace(result, tries=tries)
             except WorkerLost as exc:
                 if cancel.requested:
@@ -99,3 +103,4 @@ class LocalEngine:
         for cancel in cancels:
             cancel.request(0.5)
         self._pool.shutdown(wait=True)
+        self._residents.close()

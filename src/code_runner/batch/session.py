@@ -3,6 +3,7 @@ the items, close the engine, and say what happened."""
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,15 @@ def final_lines(log: ResultsLog, batch: Batch) -> tuple[dict[str, Any], ...]:
 
 
 def run_batch(request: BatchRequest, progress: Progress | None = None) -> BatchOutcome:
-    request.run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if request.run_dir.exists() and not request.run_dir.is_dir():  # a FIFO, a socket
+            raise NotADirectoryError(errno.ENOTDIR, "it is not a directory")
+        request.run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--run-dir {request.run_dir} cannot be used: {exc.strerror or exc}.",
+            fix="name a directory, new or holding an earlier batch's results.",
+        ) from None
     log = ResultsLog(request.run_dir)
     items, skipped = todo(request, log)
     (request.run_dir / "batch.json").write_text(

@@ -1,12 +1,13 @@
 """The item function: the same code runs an item on every engine and returns `ItemResult`.
 
-It starts the item's child (`python -m code_runner.batch.child`) in a session of its own and
-polls it, so a cancel arrives within a fraction of a second: the local engine sets the
-`Cancel` flag, Ray raises KeyboardInterrupt (its soft cancel). Either way the child's whole
-tree is ended (SIGTERM, grace, SIGKILL; processes that left the group are found by token and
-by run id) before the function returns or raises. The child also watches its parent: if the
-worker dies (SIGKILL, a force cancel, a lost driver), the child interrupts itself and the
-run cleans up as any interrupted run does.
+It hands the item to a resident item process (`slots`: started once per slot, in a session
+of its own) and polls for the answer, so a cancel arrives within a fraction of a second: the
+local engine sets the `Cancel` flag, Ray raises KeyboardInterrupt (its soft cancel). Either
+way the resident's whole tree is ended (SIGTERM, grace, SIGKILL; processes that left the
+group are found by token and by run id) before the function returns or raises, and the next
+item gets a fresh resident. The resident also watches its parent: if the worker dies
+(SIGKILL, a force cancel, a lost driver), it interrupts itself and the run cleans up as any
+interrupted run does.
 
 Each try of an item gets a fresh directory `items/<id>/try-N`, so a retried try never mixes
 files with the one before. Two items on one source hold its lock shared; an item that applies
@@ -16,12 +17,10 @@ to its source holds it alone.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from code_runner import dirs, proc
+from code_runner import dirs, files, proc
 from code_runner.batch.items import Item, ItemKind
 from code_runner.batch.results import MAX_INLINE_PATCH_BYTES, ItemResult, ItemStatus, WorkerLost
+from code_runner.batch.slots import Cancelled, Resident, ResidentPool
 from code_runner.errors import RecordError
 from code_runner.files import walk
 from code_runner.record import ResultStatus, load_result
@@ -81,34 +81,29 @@ def source_lock(source: str | None, *, exclusive: bool, cancel: Cancel) -> Itera
     key = hashlib.sha256(os.path.realpath(source).encode()).hexdigest()[:24]
     path = dirs.locks_dir() / f"batch-source-{key}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if cancel.requested:
-                    raise WorkerLost("cancelled while waiting for the source lock") from None
-                time.sleep(POLL_S)
+
+    def waiting() -> None:
+        if cancel.requested:
+            raise WorkerLost("cancelled while waiting for the source lock")
+
+    with files.flocked(path, shared=not exclusive, poll_s=POLL_S, waiting=waiting):
         yield
-    finally:
-        os.close(fd)
 
 
-def child_argv(item: Item, try_dir: Path, source_override: Path | None) -> list[str]:
+def write_item(item: Item, try_dir: Path, source_override: Path | None) -> Path:
+    """The item as the resident reads it (`try_dir/item.json`), its source replaced by the
+    node's copy when it came as a bundle."""
     item_path = try_dir / "item.json"
     data = item.to_dict()
     if source_override is not None:
         data["spec"] = {**data["spec"], "cwd": str(source_override)}
     item_path.write_text(json.dumps(data))
-    return [sys.executable, "-m", "code_runner.batch.child", str(item_path), str(try_dir)]
+    return item_path
 
 
-def _end(process: proc.Process, try_dir: Path, grace_s: float) -> None:
-    """End the child's tree, then whatever its run left that carries its run id."""
-    process.kill_tree(grace_s)
+def _end(resident: Resident, try_dir: Path, grace_s: float) -> None:
+    """End the resident's tree, then whatever its run left that carries its run id."""
+    resident.end(grace_s)
     with contextlib.suppress(OSError):
         run_id = (try_dir / RUN_ID_FILE).read_text().strip()
         if run_id:
@@ -120,35 +115,30 @@ def run_item(
     run_dir: Path,
     cancel: Cancel | None = None,
     *,
+    pool: ResidentPool,
     source_override: Path | None = None,
 ) -> ItemResult:
-    """Run one item to its end in a child process; its result. Raises only `WorkerLost`
-    (the child was killed by someone else) or the interrupt that cancels it."""
+    """Run one item to its end in a resident process from `pool`; its result. Raises only
+    `WorkerLost` (the process was killed by someone else) or the interrupt that cancels it."""
     cancel = cancel or Cancel()
     started = time.monotonic()
     try_dir = new_try_dir(run_dir, item.item_id)
     with source_lock(item.source, exclusive=item.writes_source, cancel=cancel):
-        process = proc.spawn(
-            child_argv(item, try_dir, source_override),
-            cwd=try_dir,
-            env=os.environ,
-            stdout_path=try_dir / "child.out",
-            stderr_path=try_dir / "child.err",
-        )
+        item_path = write_item(item, try_dir, source_override)
+        resident = pool.take()
         try:
-            while process.poll() is None:
-                if cancel.requested:
-                    _end(process, try_dir, cancel.grace_s)
-                    return _result(item, try_dir, started, ItemStatus.CANCELLED, None)
-                time.sleep(POLL_S)
-        except BaseException:
-            _end(process, try_dir, cancel.grace_s)
+            exit_code = resident.run(item_path, try_dir, cancel.event)
+        except Cancelled:
+            _end(resident, try_dir, cancel.grace_s)
+            return _result(item, try_dir, started, ItemStatus.CANCELLED, None)
+        except WorkerLost:
+            _end(resident, try_dir, 0.5)
             raise
-        raw = process.returncode
-        _end(process, try_dir, 0.5)
-    if raw is not None and raw < 0:
-        raise WorkerLost(f"the item's process was killed by signal {-raw}")
-    return _outcome(item, try_dir, started, proc.exit_code_of(raw or 0))
+        except BaseException:
+            _end(resident, try_dir, cancel.grace_s)
+            raise
+        pool.give(resident)
+    return _outcome(item, try_dir, started, exit_code)
 
 
 def _manifest(try_dir: Path) -> tuple[str, ...]:
@@ -208,8 +198,8 @@ def _outcome(item: Item, try_dir: Path, started: float, exit_code: int) -> ItemR
         )
     patch: bytes | None = None
     if result.patch_artifact:
-        with contextlib.suppress(OSError):
-            data = Path(result.patch_artifact).read_bytes()
+        with contextlib.suppress(OSError), Path(result.patch_artifact).open("rb") as f:
+            data = f.read(MAX_INLINE_PATCH_BYTES + 1)  # a larger one is never read whole
             patch = data if len(data) <= MAX_INLINE_PATCH_BYTES else None
     summary = {
         "status": result.status.value,

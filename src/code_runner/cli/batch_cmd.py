@@ -122,6 +122,15 @@ def batch_command(
     loaded = batch.load_items(items_path)
     if address and engine != "ray":
         raise UsageError("--address is for --engine ray", fix="add --engine ray, or drop --address")
+    writers = [item.item_id for item in loaded.items if item.writes_source]
+    if engine == "ray" and writers:
+        raise UsageError(
+            f"apply_to_source is set in {len(writers)} item(s) ({', '.join(writers[:3])}): on "
+            "Ray an item runs on its node's mirror of the source, so its patch would never "
+            "reach your repo",
+            fix="run this batch with --engine local, or drop apply_to_source and apply each "
+            "passing item's patch afterwards with `code-runner apply`.",
+        )
     request = batch.BatchRequest(
         batch=loaded,
         run_dir=run_dir.resolve(),

@@ -203,14 +203,21 @@ def _git_state(cwd: Path, run_dir: Path) -> dict[str, object]:
     commit = git.head_commit(repo)
     if commit is None:
         return {"commit": None, "work_tree": str(repo.work_tree)}
-    diff = repo.run("diff", "--no-ext-diff", "--binary", "HEAD", check=False).stdout
+    diff_path = run_dir / "git.diff"
+    size = files.atomic_write_from(  # git writes it: a large diff never passes through memory
+        diff_path,
+        lambda out: repo.run("diff", "--no-ext-diff", "--binary", "HEAD", check=False,
+                             stdout_file=out),
+        max_bytes=_MAX_DIFF_BYTES,
+    )  # fmt: skip
     untracked = repo.z("ls-files", "--others", "--exclude-standard", "-z", check=False)
     state: dict[str, object] = {"commit": commit, "work_tree": str(repo.work_tree)}
     state["untracked"] = len(untracked)
-    if diff:
-        files.atomic_write_bytes(run_dir / "git.diff", diff[:_MAX_DIFF_BYTES])
+    if size:
         state["diff"] = "git.diff"
-        state["diff_truncated"] = len(diff) > _MAX_DIFF_BYTES
+        state["diff_truncated"] = size > _MAX_DIFF_BYTES
+    else:
+        diff_path.unlink()
     return state
 
 

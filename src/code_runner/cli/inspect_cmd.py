@@ -16,12 +16,12 @@ from code_runner.errors import RecordError, UsageError
 from code_runner.events import EventKind
 from code_runner.monitor import load_result as load_experiment_result
 from code_runner.monitor import render_status
-from code_runner.record import RunResult, RunUsage, load_result, seal
+from code_runner.record import RecordPaths, RunResult, RunUsage, being_written, load_result, seal
 
 
 def _load_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(files.read_regular(path))
     except FileNotFoundError as exc:
         raise RecordError(f"{path} does not exist.", fix="check the path.") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -125,6 +125,7 @@ def watch_command(target: Path, interval: float, timeout_s: float) -> int:
     seen = 0
     started = time.monotonic()
     last = ""
+    orphaned = False
     while True:
         events = files.read_jsonl(events_path)
         for event in events[seen:]:
@@ -138,10 +139,32 @@ def watch_command(target: Path, interval: float, timeout_s: float) -> int:
             last = summary
         if status.get("terminal"):
             return 0 if status.get("state") == "passed" else 1
+        if orphaned:
+            raise _orphaned(status_path, status)
         if timeout_s and time.monotonic() - started > timeout_s:
             out.print("stopped watching (timeout); the run goes on")
             return 124
-        time.sleep(interval)
+        # read once more after no writer is seen: it may have finished in between
+        orphaned = not being_written(_record_paths(status_path, status))
+        if not orphaned:
+            time.sleep(interval)
+
+
+def _record_paths(status_path: Path, status: dict[str, Any]) -> RecordPaths:
+    task_id = status.get("task_id")
+    if not isinstance(task_id, str) or not task_id:
+        task_id = status_path.name.removesuffix(".status.json")
+    return RecordPaths(status_path.parent, task_id)
+
+
+def _orphaned(status_path: Path, status: dict[str, Any]) -> RecordError:
+    return RecordError(
+        f"the run in {status_path.parent} stopped at {status.get('state', 'an unknown state')}"
+        f" and no process is writing its record (its runner, pid {status.get('pid', '?')},"
+        " was killed or the status was edited).",
+        fix="run `code-runner gc` to mark it abandoned and remove its workspace, then run the"
+        " task again.",
+    )
 
 
 def _watch_line(event: dict[str, Any]) -> str | None:
@@ -200,6 +223,11 @@ def result_command(file: Path, as_json: bool) -> int:
         if not found:
             raise UsageError(f"{file} holds no *.result.json.", fix="has the run finished?")
         file = found[-1]
+    elif not file.name.endswith(".result.json"):
+        raise UsageError(
+            f"{file} is not a run's result file.",
+            fix="pass a run's output dir or its *.result.json.",
+        )
     # RecordError (5) if any was changed after the run
     seal.verify_record_of(file, ("result.json", "patch", "status.json", "events.jsonl"))
     result = load_result(file)

@@ -24,6 +24,10 @@ class Lazy(NamedTuple):
 
 
 COMMANDS: dict[str, Lazy] = {
+    "answer": Lazy(
+        "code_runner.cli.answer_cmd:answer_command",
+        "Answer a running experiment's alert (`code-runner exec`) from another terminal.",
+    ),
     "apply": Lazy(
         "code_runner.cli.apply_cmd:apply_command",
         "Apply a finished run's verified patch to its source repo.",

@@ -80,8 +80,17 @@ def _sandbox_report() -> dict[str, Any]:
     return probe().to_dict()
 
 
+def _workspace_report(sandbox_ok: bool) -> dict[str, str]:
+    """Which workspace a sandboxed run gets here: an overlay over the checkout cache, or a
+    clone (and why)."""
+    from code_runner.workspace import planned_kind
+
+    return planned_kind(sandboxed=sandbox_ok and os.geteuid() == 0)
+
+
 def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
     tools = {name: {**_probe(argv), "why": why} for name, (argv, why) in _TOOLS.items()}
+    box = _sandbox_report()
     state = dirs.state_dir()
     probe_dir = state if state.exists() else state.parent
     return {
@@ -94,7 +103,8 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
         "state_dir": str(state),
         "state_dir_writable": os.access(probe_dir, os.W_OK) if probe_dir.exists() else False,
         "subreaper": proc.become_subreaper(),
-        "sandbox": _sandbox_report(),
+        "sandbox": box,
+        "workspace": _workspace_report(bool(box.get("ok"))),
         "ok": tools["git"]["found"] and tools["rg"]["found"],
     }
 
@@ -153,6 +163,7 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
         how = info["path"] or f"{info['install']} (or set ${info['override']})"
         out.print(f"{name:6} {found}  [dim]{info['backend']} backend: {how}[/]")
         out.print(f"       login: {_login_line(info.get('login') or {})}")
+        out.print(f"       skills: {info.get('skills')}")
     for name, present in report["credentials"].items():
         out.print(f"{name}: {'set' if present else 'not set'}")
     out.print(f"state dir: {report['state_dir']}")
@@ -163,7 +174,14 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
         out.print(f"  fix: {box['fix']}")
     for name, how in box["limits"].items():
         out.print(f"  {name}: {how}")
+    out.print(_workspace_line(report["workspace"]))
     return 0 if report["ok"] else 3
+
+
+def _workspace_line(ws: dict[str, str]) -> str:
+    if ws["kind"] == "overlay":
+        return f"workspace: [green]overlay[/] over the checkout cache ({ws['cache']})"
+    return f"workspace: clone and checkout [dim]({ws['fallback']})[/]"
 
 
 @click.command("gc")

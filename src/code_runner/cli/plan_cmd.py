@@ -10,7 +10,7 @@ import click
 
 import code_runner.cli.render as render
 from code_runner.cli.plan_export_cmd import export_command
-from code_runner.errors import PreflightError, UsageError
+from code_runner.errors import PreflightError
 from code_runner.plans import (
     BaseTree,
     Validation,
@@ -97,28 +97,18 @@ def validate_command(
 
 
 @plan_group.command("schema")
-def schema_command() -> int:
-    """Print the JSON Schema of a plan file (format version 1)."""
-    click.echo(json.dumps(plan_json_schema(), indent=2, sort_keys=True))
+@click.option("--edits", is_flag=True, help="The schema of an edits file (`plan amend --edits`).")
+def schema_command(edits: bool) -> int:
+    """Print the JSON Schema of a plan file (format version 1), or of an edits file."""
+    from code_runner.plans.edits import edits_json_schema
+
+    schema = edits_json_schema() if edits else plan_json_schema()
+    click.echo(json.dumps(schema, indent=2, sort_keys=True))
     return 0
 
 
 def _open_store() -> PlanStore:
     return PlanStore.open()
-
-
-def _find_plan(store: PlanStore, plan: str) -> str:
-    """A plan id, or the one plan whose id starts with PLAN."""
-    ids: list[str] = [str(row["plan_id"]) for row in store.plans()]
-    if plan in ids:
-        return plan
-    matches = [i for i in ids if i.startswith(plan)]
-    if len(matches) == 1:
-        return matches[0]
-    raise UsageError(
-        f"no plan {plan!r} in the store" + (" (ambiguous)" if matches else "") + ".",
-        fix="`code-runner plan list` shows the plans and their ids.",
-    )
 
 
 def _print_status(status: dict[str, Any]) -> None:
@@ -134,6 +124,12 @@ def _print_status(status: dict[str, Any]) -> None:
         out.print(
             f"  {item['id']} {item['state']:<10} {commit:<12} attempts {len(item['attempts'])}"
             f"  {item['title']}{extra}",
+            markup=False,
+        )
+    for export in status.get("exports", []):
+        out.print(
+            f"  export {export['id']} {export['kind']} {export['target']}"
+            f" ({', '.join(export['items'])}): {export['state']}",
             markup=False,
         )
     out.print(f"next: {status['next']}", markup=False)
@@ -174,6 +170,15 @@ _EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
     help="Run an agent CLI backend in a tmux pane per item (`code-runner attach` the item's"
     " record dir). Default: the backend's tmux= setting.",
 )
+@click.option(
+    "--on-scope",
+    "on_scope",
+    type=click.Choice(["warn", "stop"]),
+    default="warn",
+    show_default=True,
+    help="An agent CLI's write outside the item's declared files, seen while it works: a"
+    " scope_expansion event at once; `stop` also ends the item's round.",
+)
 @allow_cmd_option
 @click.option(
     "--output-dir",
@@ -191,6 +196,7 @@ def run_command(
     item_timeout: float,
     budget: float | None,
     tmux: bool | None,
+    on_scope: str,
     allow_cmd: tuple[str, ...],
     output_dir: Path | None,
     as_json: bool,
@@ -209,6 +215,7 @@ def run_command(
         output_dir=output_dir.resolve() if output_dir else None,
         budget_s=budget,
         tmux=tmux,
+        on_scope=on_scope,
     )
 
     def progress(kind: str, data: dict[str, Any]) -> None:
@@ -242,7 +249,7 @@ def status_command(plan: str, as_json: bool, watch: bool, interval: float) -> in
 
     with _open_store() as store:
         assert isinstance(store, PlanStore)
-        plan_id = _find_plan(store, plan)
+        plan_id = store.find_plan(plan)
         for status in (
             watch_status(store, plan_id, interval) if watch else [plan_status(store, plan_id)]
         ):

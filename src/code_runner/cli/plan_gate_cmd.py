@@ -12,11 +12,13 @@ from typing import Any
 import click
 
 import code_runner.cli.render as render
-from code_runner.errors import UsageError
+from code_runner.errors import SpecError, UsageError
 from code_runner.plans import actions as acts
-from code_runner.plans import read_base_tree, user_approvals, validate_file
+from code_runner.plans import read_base_tree, user_approvals, validate_data, validate_file
 from code_runner.plans.commands import show_argv
-from code_runner.plans.control import resume, tell_run, wait_settled
+from code_runner.plans.control import refresh_views, resume, tell_run, wait_settled
+from code_runner.plans.edits import apply_edits, read_edits
+from code_runner.plans.model import canonical_sha256
 from code_runner.plans.store import PlanStore
 
 action_id_option = click.option(
@@ -26,18 +28,6 @@ action_id_option = click.option(
     help="Name this action (a UUID v4); the same id and command replays its outcome.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-
-
-def _plan_id(store: PlanStore, plan: str) -> str:
-    """A plan id, or the one plan whose id starts with PLAN."""
-    ids: list[str] = [str(row["plan_id"]) for row in store.plans()]
-    matches = [i for i in ids if i == plan] or [i for i in ids if i.startswith(plan)]
-    if len(matches) == 1:
-        return matches[0]
-    raise UsageError(
-        f"no plan {plan!r} in the store" + (" (ambiguous)" if matches else "") + ".",
-        fix="`code-runner plan list` shows the plans and their ids.",
-    )
 
 
 _EXIT = {"done": 0}
@@ -72,7 +62,7 @@ def _stop_or_cancel(plan: str, kind: str, apply: Any, request: dict[str, Any], o
     action_id, wait_s, as_json = opts
     with PlanStore.open() as store:
         assert isinstance(store, PlanStore)
-        plan_id = _plan_id(store, plan)
+        plan_id = store.find_plan(plan)
         result = acts.run_action(store, plan_id, kind, request, apply(store), action_id=action_id)
         extra: dict[str, Any] = {}
         if result.response.get("signal") and not result.replayed:
@@ -81,6 +71,8 @@ def _stop_or_cancel(plan: str, kind: str, apply: Any, request: dict[str, Any], o
                 extra["settled"] = False
                 _report(result, as_json, extra)
                 return 124
+        if not result.replayed:
+            refresh_views(store, plan_id)
         extra["status"] = store.plan(plan_id)["status"]
     return _report(result, as_json, extra)
 
@@ -139,18 +131,29 @@ def approve_command(plan: str, mode: str | None, action_id: str | None, as_json:
         raise UsageError("say how to leave the gate.", fix="give --continue, --redo or --changes.")
     with PlanStore.open() as store:
         assert isinstance(store, PlanStore)
-        plan_id = _plan_id(store, plan)
+        plan_id = store.find_plan(plan)
         result = acts.run_action(
             store, plan_id, "approve", {"mode": mode}, acts.approve(store, mode),
             action_id=action_id,
         )  # fmt: skip
+        if not result.replayed:
+            refresh_views(store, plan_id)
         extra = {"status": store.plan(plan_id)["status"]}
     return _report(result, as_json, extra)
 
 
 @click.command("amend")
 @click.argument("plan")
-@click.argument("plan_file", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument(
+    "plan_file", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=False
+)
+@click.option(
+    "--edits",
+    "edits_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="Plan-edit operations instead of a whole plan (`plan schema --edits`).",
+)
 @click.option("--expect-revision", type=int, default=None, help="Refuse unless PLAN is at N.")
 @click.option("--allow-cmd", "allow_cmd", multiple=True, metavar="ARGV_JSON",
               help="Approve one command, as a JSON list.")  # fmt: skip
@@ -158,29 +161,47 @@ def approve_command(plan: str, mode: str | None, action_id: str | None, as_json:
 @json_option
 def amend_command(
     plan: str,
-    plan_file: Path,
+    plan_file: Path | None,
+    edits_file: Path | None,
     expect_revision: int | None,
     allow_cmd: tuple[str, ...],
     action_id: str | None,
     as_json: bool,
 ) -> int:
-    """Make PLAN_FILE the next revision of PLAN. Every check runs again against the plan's
-    base; completed items whose content changed (and every item after them) run again."""
+    """Make PLAN_FILE (or PLAN's revision with --edits applied) the next revision of PLAN.
+    Every check runs again against the plan's base; completed items whose content changed
+    (and every item after them) run again. Edits name the revision they were written
+    against (`base_revision`); against any other they are refused."""
+    if (plan_file is None) == (edits_file is None):
+        raise UsageError("give a whole plan FILE or --edits EDITS.", fix="give exactly one.")
     with PlanStore.open() as store:
         assert isinstance(store, PlanStore)
-        plan_id = _plan_id(store, plan)
+        plan_id = store.find_plan(plan)
         row = store.plan(plan_id)
         tree = read_base_tree(Path(row["source_dir"]), row["base"])
-        validation = validate_file(plan_file, base=tree, approvals=user_approvals(allow_cmd))
+        approvals = user_approvals(allow_cmd)
+        extra: dict[str, Any] = {}
+        expect: int | None
+        if edits_file is not None:
+            data, expect, request = _edited(store, plan_id, edits_file, expect_revision)
+            validation = validate_data(data, source=str(edits_file), base=tree, approvals=approvals)
+            extra["edits"] = request["summaries"]
+        else:
+            assert plan_file is not None
+            validation = validate_file(plan_file, base=tree, approvals=approvals)
+            expect, request = expect_revision, {"expect": expect_revision}
         if not validation.ok or validation.plan is None:
             raise validation.error()
         new = validation.plan
-        request = {"sha256": new.content_sha256(), "expect": expect_revision}
+        request["sha256"] = new.content_sha256()
+        origin = "edit" if edits_file is not None else "amend"
         result = acts.run_action(
-            store, plan_id, "amend", request, acts.amend(store, new, expect_revision),
+            store, plan_id, "amend", request, acts.amend(store, new, expect, origin),
             action_id=action_id,
         )  # fmt: skip
-        extra: dict[str, Any] = {"status": store.plan(plan_id)["status"]}
+        if not result.replayed:
+            refresh_views(store, plan_id)
+        extra["status"] = store.plan(plan_id)["status"]
     unapproved = [f"{c.item}: {show_argv(c.argv or ())}" for c in validation.unapproved]
     if unapproved:
         extra["unapproved"] = unapproved
@@ -189,6 +210,35 @@ def amend_command(
             for line in unapproved:
                 click.echo(f"  {line}", err=True)
     return _report(result, as_json, extra)
+
+
+def _edited(
+    store: PlanStore, plan_id: str, edits_file: Path, expect_revision: int | None
+) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """(the edited plan's data, the revision it must replace, the action's request)."""
+    edits, problems = read_edits(edits_file)
+    if edits is None:
+        raise SpecError(str(edits_file), problems, fix="correct the edits (`plan schema --edits`).")
+    if expect_revision is not None and expect_revision != edits.base_revision:
+        raise UsageError(
+            f"--expect-revision {expect_revision} differs from the edits' base_revision"
+            f" {edits.base_revision}.",
+            fix="drop --expect-revision: the edits name their revision.",
+        )
+    if edits.base_revision > store.plan(plan_id)["revision"]:
+        raise UsageError(
+            f"plan {plan_id} has no revision {edits.base_revision}.",
+            fix="write the edits against the revision `plan status` shows.",
+        )
+    data, problems = apply_edits(store.revision(plan_id, edits.base_revision), edits)
+    if data is None:
+        raise SpecError(str(edits_file), problems, fix="correct the edits; nothing was changed.")
+    request = {
+        "edits": canonical_sha256(edits.model_dump(mode="json")),
+        "expect": edits.base_revision,
+        "summaries": [f"{e.op} {e.item}: {e.summary}" for e in edits.edits],
+    }
+    return data, edits.base_revision, request
 
 
 @click.command("resume")
@@ -213,7 +263,7 @@ def resume_command(
     another process runs it (nothing is written then)."""
     with PlanStore.open() as store:
         assert isinstance(store, PlanStore)
-        plan_id = _plan_id(store, plan)
+        plan_id = store.find_plan(plan)
     options = {"backend": backend, "max_rounds": max_rounds, "item_timeout_s": item_timeout}
 
     def progress(kind: str, data: dict[str, Any]) -> None:

@@ -64,7 +64,7 @@ class ProgressPrinter:
     def describe(kind: EventKind, e: dict[str, Any]) -> str | None:  # noqa: C901 - one line per event kind: a flat dispatch
         r = e.get("round", 0)
         if kind is EventKind.WORKSPACE_CREATED:
-            return f"[dim]workspace[/] {e['path']}"
+            return f"[dim]workspace[/] {e['path']} ({e.get('workspace_kind', 'clone')})"
         if kind is EventKind.DOD_FINISHED:
             mark = "[green]pass[/]" if e["passed"] else "[red]fail[/]"
             return f"{e['label']}: DoD {mark} — {e['reason']}"

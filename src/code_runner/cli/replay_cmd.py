@@ -50,6 +50,11 @@ def comparable(result: RunResult, patch_sha256: str | None = None) -> dict[str, 
     }
 
 
+def _file_sha256(path: Path) -> str:
+    with path.open("rb") as f:  # in pieces: a patch may be large
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def _one(run_dir: Path, suffix: str) -> Path:
     found = sorted(run_dir.glob(f"*{suffix}"))
     if len(found) != 1:
@@ -114,11 +119,7 @@ def replay_command(
     recorded_path = run_dir / f"{task.task_id}.result.json"
     recorded = load_result(recorded_path) if recorded_path.is_file() else None
     recorded_patch = run_dir / f"{task.task_id}.patch"
-    digest = (
-        hashlib.sha256(recorded_patch.read_bytes()).hexdigest()
-        if recorded_patch.is_file()
-        else None
-    )
+    digest = _file_sha256(recorded_patch) if recorded_patch.is_file() else None
     before = comparable(recorded, digest) if recorded else {}
     after = comparable(replayed)
     differences = sorted(k for k in before if before[k] != after.get(k))

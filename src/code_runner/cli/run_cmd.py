@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,10 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
         "mode": "apply to source" if task.apply_to_source else "patch only",
         "warnings": list(pre.warnings),
         "sandbox": pre.sandbox.posture() if pre.sandbox else {"kind": "none", "mode": "off"},
+        "workspace": workspace.planned_kind(
+            sandboxed=pre.sandbox is not None and pre.sandbox.use and os.geteuid() == 0,
+            cached=not getattr(pre.agent, "edits_as_runner", False),
+        ),
         "dod_environment": workspace.from_section(
             Path(str(pre.source.work_tree)), task.env
         ).describe(),
@@ -175,12 +180,19 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
     out.print(f"  DoD: {dod.command!r} must satisfy {dod.assertion!r} within {dod.timeout_s:g} s")
     for line in plan["dod_environment"]:
         out.print(f"  DoD sees: {line}")
+    out.print(f"  workspace: {_workspace_line(plan['workspace'])}")
     for warning in pre.warnings:
         out.print(f"  [yellow]warning:[/] {warning}")
     for risk in risks:
         out.print(f"  [yellow]risk:[/] {risk}")
     out.print("nothing was created.")
     return 0
+
+
+def _workspace_line(planned: dict[str, str]) -> str:
+    if planned["kind"] == "overlay":
+        return f"an overlay over the checkout cache ({planned['cache']})"
+    return f"a clone and checkout ({planned['fallback']})"
 
 
 def _repo_config_risks(source_dir: Path | None) -> list[str]:

@@ -38,7 +38,7 @@ _POLL_S = 0.2
 
 def _status(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(files.read_regular(path))
     except (OSError, ValueError) as exc:
         raise RecordError(
             f"{path} cannot be read as a run status ({exc}).",
@@ -170,7 +170,7 @@ def _stop_experiment(run_dir: Path, wait_s: float, as_json: bool) -> int:
 
 def _tmux_info(paths: RecordPaths) -> dict[str, Any]:
     try:
-        data = json.loads(paths.tmux_info.read_text())
+        data = json.loads(files.read_regular(paths.tmux_info))
     except FileNotFoundError:
         raise UsageError(
             f"the run of {paths.task_id} in {paths.output_dir} has no tmux session.",

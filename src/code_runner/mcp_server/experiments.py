@@ -11,6 +11,7 @@ from code_runner.mcp_server.limits import Limits, Refused
 from code_runner.mcp_server.log import ServerLog
 from code_runner.mcp_server.runs import EXPERIMENT, Entry, Registry, new_id, python_argv
 from code_runner.monitor.spec import build_spec
+from code_runner.monitor.stop import request_stop
 
 STOP_GRACE_S = 10.0
 
@@ -72,9 +73,26 @@ def status(registry: Registry, entry: Entry) -> dict[str, Any]:
 def stop(registry: Registry, log: ServerLog, entry: Entry) -> dict[str, Any]:
     if not registry.alive(entry):
         return {"run_id": entry.run_id, "stopped": False, "detail": "it had already ended"}
+    if not registry.owns(entry):
+        return _stop_through_record(log, entry)
     code = registry.stop(entry, STOP_GRACE_S)
     log.write("experiment_stopped", run_id=entry.run_id, exit_code=code)
     return {"run_id": entry.run_id, "stopped": True, "exit_code": code}
+
+
+def _stop_through_record(log: ServerLog, entry: Entry) -> dict[str, Any]:
+    """An experiment an earlier server started: ask it through its record, as
+    `code-runner stop` does, so its monitor (or watchdog) ends the tree and says why."""
+    asked = request_stop(entry.dir / "record")
+    if asked.already_finished:
+        return {"run_id": entry.run_id, "stopped": False, "detail": "it had already ended"}
+    log.write("experiment_stop_requested", run_id=entry.run_id, by=asked.by, pid=asked.pid)
+    return {
+        "run_id": entry.run_id,
+        "stopped": True,
+        "by": asked.by,
+        "detail": f"asked its {asked.by} to stop it; exec_status shows when it has ended",
+    }
 
 
 __all__ = ["start", "status", "stop"]

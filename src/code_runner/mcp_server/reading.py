@@ -8,11 +8,15 @@ never from what a process printed.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from code_runner import files
 from code_runner.record.finished import FinishedRun
 from code_runner.record.finished import load as load_finished
 from code_runner.record.finished import locked as locked_finished
@@ -20,7 +24,8 @@ from code_runner.record.paths import RecordPaths
 from code_runner.record.result import load_result
 from code_runner.record.writer import RunRecord
 
-MAX_PATCH_CHARS = 256 * 1024
+MAX_PATCH_HEAD_BYTES = 256 * 1024  # what an answer holds of a patch
+PATCH_PIECE_BYTES = 1 << 20
 
 _STATUS_KEYS = ("state", "terminal", "step", "round", "max_rounds", "best_score", "updated_at")
 _RESULT_KEYS = (
@@ -105,15 +110,26 @@ def _mismatches(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _patch(paths: RecordPaths) -> dict[str, Any]:
+    """The patch's head (at most MAX_PATCH_HEAD_BYTES, cut at a whole character), and the
+    whole file's size and sha256, read in pieces: a large patch is never held whole, and
+    the answer stays small; a client reads the rest from `patch_path`."""
+    digest, size, head = hashlib.sha256(), 0, b""
     try:
-        raw = paths.patch.read_bytes()
+        for piece in files.read_chunks(paths.patch, PATCH_PIECE_BYTES):
+            if len(head) < MAX_PATCH_HEAD_BYTES:
+                head += piece[: MAX_PATCH_HEAD_BYTES - len(head)]
+            digest.update(piece)
+            size += len(piece)
     except OSError:
         return {"patch": "", "patch_truncated": False, "patch_path": None}
-    text = raw.decode("utf-8", errors="replace")
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    truncated = size > len(head)
     return {
-        "patch": text[:MAX_PATCH_CHARS],
-        "patch_truncated": len(text) > MAX_PATCH_CHARS,
+        "patch": decoder.decode(head, final=not truncated),
+        "patch_truncated": truncated,
         "patch_path": str(paths.patch),
+        "patch_bytes": size,
+        "patch_sha256": digest.hexdigest(),
     }
 
 
@@ -141,11 +157,14 @@ def experiment_result(record_dir: Path) -> dict[str, Any] | None:
 
 
 def tail(path: Path, chars: int = 2000) -> str:
+    """The end of a log: only its last `chars` bytes are read, however long it grew."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - chars))
+            data = f.read(chars)
     except OSError:
         return ""
-    return data[-chars:].decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 __all__ = [

@@ -127,6 +127,10 @@ class Registry:
             return False
         return created is not None and _create_time(pid) == created
 
+    def owns(self, entry: Entry) -> bool:
+        """Whether this server started the run (and so holds its process handle)."""
+        return entry.run_id in self._children
+
     def stop(self, entry: Entry, grace_s: float) -> int | None:
         """End the child's whole tree (SIGTERM, grace, SIGKILL); its exit code."""
         child = self._children.get(entry.run_id)
@@ -152,8 +156,12 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
 
 
 def _create_time(pid: int) -> float | None:
+    """When the live process `pid` started; None when it is gone, or a zombie (it has
+    exited, and only waits for a parent that adopted it to reap it)."""
     with contextlib.suppress(psutil.Error):
-        return float(psutil.Process(pid).create_time())
+        found = psutil.Process(pid)
+        if found.status() != psutil.STATUS_ZOMBIE:
+            return float(found.create_time())
     return None
 
 

@@ -115,8 +115,9 @@ def build(  # noqa: C901 - one small nested handler per tool, registered on one 
     @app.tool()
     async def task_result(run_id: str) -> dict[str, Any]:
         """An ended run's outcome: status and reason, the DoD verdict, the patch (the
-        allowlist-scoped diff against base), the changed files, and every mismatch
-        (the worker's claim against the evidence, dropped changes, safety findings)."""
+        allowlist-scoped diff against base: its first 256 KiB, with the whole file's size,
+        sha256 and path), the changed files, and every mismatch (the worker's claim
+        against the evidence, dropped changes, safety findings)."""
         entry = await _work(registry.get, run_id, TASK)
         return await _work(tasks.result, entry)
 
@@ -167,7 +168,8 @@ def build(  # noqa: C901 - one small nested handler per tool, registered on one 
     @app.tool()
     async def exec_stop(run_id: str) -> dict[str, Any]:
         """End an experiment's whole process tree (SIGTERM, grace, SIGKILL); its record
-        says it was stopped."""
+        says it was stopped. One an earlier server started is asked through its record,
+        as `code-runner stop` does."""
         entry = await _work(registry.get, run_id, EXPERIMENT)
         return await _work(experiments.stop, registry, log, entry)
 

@@ -52,6 +52,18 @@ class NewSpec:
 Reply = Stop | EarlyStop | NewSpec | None
 
 
+@dataclass(frozen=True)
+class Voice:
+    """Who gave an answer and how: typed at the monitor's terminal, or through the run dir
+    (`code-runner answer`, the dashboard's buttons)."""
+
+    via: str = "terminal"
+    by: str = ""
+
+
+TERMINAL = Voice()
+
+
 class Dialogue:
     """Alerts offered to the person and their answers; one per experiment."""
 
@@ -62,14 +74,17 @@ class Dialogue:
         self.pending: Alert | None = None
         self.awaiting_adjust = False
         self.answers: list[AnswerRecord] = []
+        self.said: list[str] = []  # what the monitor said in answer, since the last `hear`
+        self.voice = TERMINAL
 
     def offer(self, alert: Alert, *, repeated: bool) -> None:
         """Show an alert with its options; it waits for an answer until the next one."""
         self.pending = alert
         self.ui.alert(alert, options_for(alert.kind), repeated)
 
-    def hear(self, line: str, now: Situation) -> Reply:
+    def hear(self, line: str, now: Situation, voice: Voice = TERMINAL) -> Reply:
         """One line from the person: an answer to the pending alert, or new settings."""
+        self.said, self.voice = [], voice
         if self.awaiting_adjust:
             self.awaiting_adjust = False
             return self._adjust(line, now)
@@ -79,12 +94,16 @@ class Dialogue:
         action = choose(alert.kind, line)
         if action is None:
             if line:
-                self.ui.say(f"Answer A, B, C or D (got {line!r}).")
+                self._say(f"Answer A, B, C or D (got {line!r}).")
             return None
         if action is not Action.SHOW_DIAGNOSIS:  # a diagnosis informs; the alert stays open
             self.policy.answered(alert.kind)
             self.pending = None
         return self._answer(alert.kind.value, line, action, now)
+
+    def _say(self, text: str) -> None:
+        self.said.append(text)
+        self.ui.say(text)
 
     def _unprompted(self, line: str, now: Situation) -> Reply:
         """B (kill) and C (adjust) work at any time, with no alert waiting."""
@@ -93,7 +112,7 @@ class Dialogue:
         )
         if action is None:
             if line:
-                self.ui.say(
+                self._say(
                     "No alert is waiting for an answer; the command is being monitored "
                     "(B kills it, C adjusts the timeout or thresholds)."
                 )
@@ -104,7 +123,13 @@ class Dialogue:
         reply, note = self._act(action, now)
         self._note(kind, line, action.value, now.elapsed_s, note)
         self.record.emit(
-            MonitorEvent.ANSWER, alert=kind, answer=line, action=action.value, note=note
+            MonitorEvent.ANSWER,
+            alert=kind,
+            answer=line,
+            action=action.value,
+            note=note,
+            via=self.voice.via,
+            by=self.voice.by,
         )
         return reply
 
@@ -113,46 +138,46 @@ class Dialogue:
             return Stop("killed by the user"), ""
         if action is Action.ADJUST:
             self.awaiting_adjust = True
-            self.ui.say(ADJUST_HELP)
+            self._say(ADJUST_HELP)
             return None, ""
         if action is Action.EARLY_STOP:
-            self.ui.say("Sent SIGINT: the command may save and exit. Answer B to an alert to kill.")
+            self._say("Sent SIGINT: the command may save and exit. Answer B to an alert to kill.")
             return EarlyStop(), "sent SIGINT to the command"
         if action is Action.SHOW_DIAGNOSIS:
-            self.ui.say(now.diagnosis())
+            self._say(now.diagnosis())
             return None, ""
         if action is Action.EXTEND_TIMEOUT:
             return self._extend_timeout(now)
-        self.ui.say("Continuing to monitor.")
+        self._say("Continuing to monitor.")
         return None, ""
 
     def _adjust(self, line: str, now: Situation) -> Reply:
         if not line.strip():
-            self.ui.say("Settings unchanged.")
+            self._say("Settings unchanged.")
             return None
         try:
             new, changed = adjusted_spec(now.spec, line)
         except ValueError as exc:
-            self.ui.say(f"Settings unchanged: {exc}")
+            self._say(f"Settings unchanged: {exc}")
             return None
         self.record.emit(MonitorEvent.THRESHOLDS_ADJUSTED, changes=changed)
         self._note(None, line, "adjusted", now.elapsed_s, str(changed))
-        self.ui.say(f"Settings changed: {changed}")
+        self._say(f"Settings changed: {changed}")
         return NewSpec(new)
 
     def _extend_timeout(self, now: Situation) -> tuple[Reply, str]:
         if now.eta_s is None:
-            self.ui.say("No ETA yet; timeout unchanged.")
+            self._say("No ETA yet; timeout unchanged.")
             return None, "no ETA; timeout unchanged"
         # room over the ETA, plus two checks to see the end and the kill's grace period
         spec = now.spec
         wanted_s = now.elapsed_s + _EXTEND_MARGIN * now.eta_s + 2 * spec.interval_s + spec.grace_s
         if wanted_s <= now.spec.timeout_s:
-            self.ui.say("The ETA fits in the current timeout; unchanged.")
+            self._say("The ETA fits in the current timeout; unchanged.")
             return None, "ETA fits; timeout unchanged"
         new_timeout = round(wanted_s, 3)
         self.record.emit(MonitorEvent.THRESHOLDS_ADJUSTED, changes={"timeout_s": new_timeout})
-        self.ui.say(f"Timeout extended to {new_timeout:.0f} s.")
+        self._say(f"Timeout extended to {new_timeout:.0f} s.")
         reply = NewSpec(now.spec.model_copy(update={"timeout_s": new_timeout}))
         return reply, f"timeout extended to {new_timeout:.0f} s"
 
@@ -166,5 +191,7 @@ class Dialogue:
                 action=action,
                 elapsed_s=round(elapsed_s, 3),
                 note=note,
+                via=self.voice.via,
+                by=self.voice.by,
             )
         )

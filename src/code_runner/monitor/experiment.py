@@ -23,6 +23,7 @@ from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError
 from code_runner.monitor.adjust import diagnosis
 from code_runner.monitor.alerts import Alert, AlertKind, AlertPolicy, Episode
+from code_runner.monitor.answers import POLL_S, Inbox
 from code_runner.monitor.checks import (
     MemoryCheck,
     Observation,
@@ -47,6 +48,7 @@ from code_runner.monitor.status import status
 from code_runner.monitor.ui import MonitorUI, PlainUI, make_console, silence_terminal
 
 TAIL_REFRESH_S = 0.5
+WAKE_S = min(TAIL_REFRESH_S, POLL_S)  # the live tail, and answers through the run dir
 
 
 class _Terminated(Exception):
@@ -88,6 +90,7 @@ class Experiment:
         self.watch = make_watch(spec, self.kind, record)
         self.alerts: list[AlertRecord] = []
         self.dialogue = Dialogue(ui, record, self.policy)
+        self.inbox = Inbox(record.run_dir)
         self.check_no = 0
         self.peaks = Peaks()
         self.stop_reason: str | None = None
@@ -299,12 +302,14 @@ class Experiment:
             if self.stop_reason is not None:
                 self._kill_tree(launched, self.stop_reason)
                 return
-            wake = min(next_check, self.deadline_s)
-            if self.ui.live:
-                wake = min(wake, now + TAIL_REFRESH_S)
+            wake = min(next_check, self.deadline_s, now + WAKE_S)
             self._wait(launched, max(0.0, wake - time.monotonic()))
             if self.ui.live:
                 self._show_tail()
+            if replies := self.inbox.take(self.dialogue, self._situation(launched)):
+                for reply in replies:
+                    self._act(launched, reply)
+                self._write_status(launched)
 
     def _wait(self, launched: Launched, timeout_s: float) -> None:
         fds = [fd for fd in (launched.pidfd, self.ui.input_fd()) if fd is not None]

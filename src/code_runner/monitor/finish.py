@@ -161,7 +161,7 @@ def finish_run(
 
 def _provenance(record: ExperimentRecord) -> dict[str, Any]:
     try:
-        data = json.loads((record.run_dir / PROVENANCE_FILE).read_text(encoding="utf-8"))
+        data = json.loads(files.read_regular(record.run_dir / PROVENANCE_FILE))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -192,6 +192,8 @@ def _metric_summaries(watch: OutputWatch, record: ExperimentRecord) -> tuple[Met
 def _plots(watch: OutputWatch, record: ExperimentRecord) -> dict[str, str]:
     """Plot file per metric: a family (`loss` with `val_loss`) shares one with matplotlib."""
     points = {n: p for n, p in watch.series.points.items() if len(p) >= 2}
+    if not points:  # nothing to draw: no import of matplotlib (a second of CPU) either
+        return {}
     groups = figures.families(list(points)) if figures.available() else {n: [n] for n in points}
     plots: dict[str, str] = {}
     for family, names in list(groups.items())[:MAX_PLOTS]:

@@ -8,7 +8,6 @@ files cannot be read is counted as skipped, never fatal.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -16,10 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from code_runner import files
 from code_runner.errors import RecordError
 from code_runner.monitor.result import load_result
 
-_SKIP_DIRS = {".git", "node_modules", "__pycache__", ".tools", "workspaces"}
 MAX_RUNS = 100_000
 
 
@@ -40,8 +39,7 @@ class ExperimentLine:
 def _run_dirs(root: Path) -> Iterator[Path]:
     if not root.is_dir():
         return
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+    for dirpath, dirnames, filenames in files.walk_records(root):
         if "spec.json" in filenames and "status.json" in filenames:
             dirnames[:] = []  # a run dir holds no other run
             yield Path(dirpath)
@@ -60,8 +58,8 @@ def _line(run_dir: Path) -> ExperimentLine:
             alerts=len(result.alerts),
         )
     try:
-        status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
-        spec = json.loads((run_dir / "spec.json").read_text(encoding="utf-8"))
+        status = json.loads(files.read_regular(run_dir / "status.json"))
+        spec = json.loads(files.read_regular(run_dir / "spec.json"))
     except (OSError, ValueError) as exc:
         raise RecordError(f"{run_dir} cannot be read ({exc})", fix="") from None
     if not isinstance(status, dict) or not isinstance(spec, dict):

@@ -56,14 +56,13 @@ _PRESEEDED = frozenset({DETACHED_LOG, DETACHED_SPEC})
 
 
 def check_run_dir(run_dir: Path) -> None:
-    """Refuse a run dir that already holds files: a record is never mixed with another."""
-    if run_dir.exists() and (
-        not run_dir.is_dir() or any(p.name not in _PRESEEDED for p in run_dir.iterdir())
-    ):
-        raise UsageError(
-            f"run dir {run_dir} already exists and is not empty",
-            fix="pass a new --run-dir, or leave it out to get a fresh timestamped one",
-        )
+    """Refuse a run dir that already holds files (a record is never mixed with another) or
+    is not a directory."""
+    fix = "pass a new --run-dir, or leave it out to get a fresh timestamped one"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"run dir {run_dir} exists and is not a directory", fix=fix)
+    if run_dir.exists() and any(p.name not in _PRESEEDED for p in run_dir.iterdir()):
+        raise UsageError(f"run dir {run_dir} already exists and is not empty", fix=fix)
 
 
 class ExperimentRecord:
@@ -72,7 +71,13 @@ class ExperimentRecord:
     def __init__(self, run_dir: Path, *, reopen: bool = False) -> None:
         if not reopen:
             check_run_dir(run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UsageError(
+                    f"run dir {run_dir} cannot be created: {exc.strerror or exc}",
+                    fix="pass a --run-dir that can be created, or leave it out",
+                ) from None
         self.run_dir = run_dir
         self.events_path = run_dir / "events.jsonl"
         self.status_path = run_dir / "status.json"
@@ -113,7 +118,7 @@ class ExperimentRecord:
     def read_status(self) -> dict[str, Any]:
         """The last `status.json` ({} when there is none or it cannot be read)."""
         try:
-            data = json.loads(self.status_path.read_text(encoding="utf-8"))
+            data = json.loads(files.read_regular(self.status_path))
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
@@ -121,7 +126,7 @@ class ExperimentRecord:
     def stop_reason(self) -> str | None:
         """Why the run is being stopped, when `code-runner stop` asked (None otherwise)."""
         try:
-            data = json.loads(self.stop_request_path.read_text(encoding="utf-8"))
+            data = json.loads(files.read_regular(self.stop_request_path))
         except (OSError, ValueError):
             return None
         by = data.get("by_pid") if isinstance(data, dict) else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from code_runner import files
 from code_runner.errors import RecordError
 from code_runner.monitor.checks import mib
 from code_runner.monitor.passport import passport_lines
@@ -204,9 +205,10 @@ def _alerts_section(result: ExperimentResult) -> list[str]:
         lines += ["", "Answers:", ""]
         for ans in result.answers:
             note = f" ({ans.note})" if ans.note else ""
+            who = "" if ans.via == "terminal" else f", via {ans.via} by {_cell(ans.by)}"
             lines.append(
                 f"- at {_duration(ans.elapsed_s)}: `{_cell(ans.answer)}` to {ans.alert_kind or '-'}"
-                f" -> {ans.action}{note}"
+                f" -> {ans.action}{note}{who}"
             )
     return lines
 
@@ -219,7 +221,7 @@ def render_status(run_dir: Path) -> str:
         return f"{headline(result)}\nalerts: {alerts}\nreport: {run_dir / 'experiment_result.md'}"
     status_path = run_dir / "status.json"
     try:
-        status = json.loads(status_path.read_text(encoding="utf-8"))
+        status = json.loads(files.read_regular(status_path))
     except (OSError, json.JSONDecodeError):
         raise RecordError(
             f"{run_dir} holds no experiment record (no result.json or status.json)",

@@ -52,6 +52,8 @@ class AnswerRecord(_Frozen):
     action: str
     elapsed_s: float
     note: str = ""
+    via: str = "terminal"  # or "cli" (`code-runner answer`), "web" (the dashboard)
+    by: str = ""  # who, for an answer through the run dir: user and pid
 
 
 class MetricSummary(_Frozen):

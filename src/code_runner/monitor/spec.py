@@ -36,6 +36,7 @@ from code_runner.monitor.criteria import Criterion, parse_criterion
 from code_runner.problems import (
     anchored_path,
     describe_all,
+    encodable,
     one_line,
     read_mapping_file,
     single_model,
@@ -146,6 +147,17 @@ class ExperimentSpec(BaseModel):
             data["command"] = (data["command"],)
             data.setdefault("shell", True)
         return data
+
+    @field_validator(
+        "command", "cwd", "run_dir", "expect", "success", "monitor", "notify", "metric_regex"
+    )
+    @classmethod
+    def _utf8(cls, value: Any) -> Any:
+        """Every text that reaches the UTF-8 record (argv, paths) must be writable as UTF-8."""
+        for text in value if isinstance(value, tuple) else (value,):
+            if text is not None:
+                encodable(str(text))
+        return value
 
     @field_validator("command")
     @classmethod

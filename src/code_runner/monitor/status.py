@@ -39,6 +39,7 @@ def status(experiment: Experiment, *, pid: int, now_s: float, finished: bool) ->
         "memory_baseline_bytes": e.memory.baseline_bytes,
         "output_bytes": e.watch.output_bytes(),
         "pending_alert": pending.kind.value if pending else None,
+        "pending_check_no": pending.check_no if pending else None,
         "alerts": len(e.alerts),
     }
     if e.spec.expect and e.kind is ExperimentType.ANALYSIS:

@@ -47,7 +47,7 @@ def request_stop(run_dir: Path) -> StopRequest:
     monitor_alive = isinstance(monitor_pid, int) and (
         watchdog.is_alive(monitor_pid, config.monitor_started_at)
         if config is not None and config.monitor_pid == monitor_pid
-        else _is_monitor(monitor_pid)
+        else is_monitor(monitor_pid)
     )
     watchdog_pid = status.get("watchdog_pid")
     watchdog_alive = isinstance(watchdog_pid, int) and _is_watchdog(watchdog_pid)
@@ -78,7 +78,10 @@ def _cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def _is_monitor(pid: int) -> bool:
+def is_monitor(pid: object) -> bool:
+    """Is `pid` a live code-runner process (the monitor a status file names)?"""
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return False
     return any("code_runner" in word or "code-runner" in word for word in _cmdline(pid))
 
 

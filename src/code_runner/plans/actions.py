@@ -1,123 +1,24 @@
 """What a person does to a plan: stop, cancel, amend, approve; each one idempotent.
 
-Every mutating command runs inside a user action: one `BEGIN IMMEDIATE` transaction that
-first looks for a saved outcome of the same command against the same state and, if there
-is one, replays it (same output, same exit code) and applies nothing. The action id is
-`--action-id` when given, else derived from the command and the plan's state version; a
-command repeated right after it was applied (the state it left unchanged since) is the
-same action too. A refusal is saved and replayed like any outcome; an error that is not a
-refusal (storage, interruption) saves nothing, so the command can simply be run again.
+Each runs as a user action (`code_runner.plans.user_action`): the same command against the
+same state replays its saved outcome and exit code and applies nothing.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from code_runner.clock import utc_now
-from code_runner.errors import UsageError
 from code_runner.plans.database import PlanRefused
-from code_runner.plans.model import Plan, canonical_sha256, item_sha256
+from code_runner.plans.model import Plan, item_sha256
 from code_runner.plans.states import AttemptState, FirstReason, PlanStatus
 from code_runner.plans.store import PlanStore
-
-MAX_RESPONSE = 64 * 1024
-ACTION_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
-
-Apply = Callable[[sqlite3.Connection, sqlite3.Row], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class ActionResult:
-    response: dict[str, Any]
-    replayed: bool
-
-    @property
-    def exit_code(self) -> int:
-        return int(self.response.get("exit_code", 0))
-
-    @property
-    def refused(self) -> bool:
-        return "refused" in self.response
-
-
-def check_action_id(action_id: str | None) -> str | None:
-    if action_id is not None and not ACTION_ID.fullmatch(action_id):
-        raise UsageError(
-            f"{action_id!r} is not an action id.", fix="give a lowercase UUID v4, or leave it out."
-        )
-    return action_id
-
-
-def run_action(
-    store: PlanStore,
-    plan_id: str,
-    kind: str,
-    request: dict[str, Any],
-    apply: Apply,
-    *,
-    action_id: str | None = None,
-) -> ActionResult:
-    """Apply `apply` once for this command against this state; replay it otherwise."""
-    request_hash = canonical_sha256({"kind": kind, "plan_id": plan_id, "request": request})
-    with store.write() as db:
-        row = store._plan(db, plan_id)
-        derived = canonical_sha256({"request": request_hash, "version": row["state_version"]})
-        key = check_action_id(action_id) or derived
-        saved = _saved(db, plan_id, key, request_hash, row["state_version"], action_id is None)
-        if saved is not None:
-            return ActionResult(saved, replayed=True)
-        db.execute("SAVEPOINT action")
-        try:
-            response = apply(db, row)
-        except PlanRefused as exc:
-            db.execute("ROLLBACK TO action")
-            response = {"exit_code": exc.exit_code, "refused": exc.message, "fix": exc.fix}
-        db.execute("RELEASE action")
-        response.setdefault("exit_code", 0)
-        response["kind"] = kind
-        response["state_version"] = store._plan(db, plan_id)["state_version"]
-        text = json.dumps(response, sort_keys=True)
-        if len(text) > MAX_RESPONSE:  # keep what a replay needs, whole
-            kept = {k: str(v)[:4000] for k, v in response.items() if k != "exit_code"}
-            text = json.dumps({**kept, "exit_code": response["exit_code"]}, sort_keys=True)
-        db.execute(
-            "INSERT INTO user_actions VALUES (?, ?, ?, ?, ?, ?)",
-            (plan_id, key, kind, request_hash, text, utc_now()),
-        )
-    return ActionResult(response, replayed=False)
-
-
-def _saved(
-    db: sqlite3.Connection, plan_id: str, key: str, request_hash: str, version: int, derived: bool
-) -> dict[str, Any] | None:
-    row = db.execute(
-        "SELECT request_hash, response FROM user_actions WHERE plan_id = ? AND action_id = ?",
-        (plan_id, key),
-    ).fetchone()
-    if row is not None:
-        if row["request_hash"] != request_hash:
-            raise UsageError(
-                f"action id {key} was already used for another command.",
-                fix="use a new --action-id for a new command (or leave it out).",
-            )
-        return json.loads(row["response"])  # type: ignore[no-any-return]
-    if not derived:
-        return None
-    last = db.execute(
-        "SELECT response FROM user_actions WHERE plan_id = ? AND request_hash = ?"
-        " ORDER BY rowid DESC LIMIT 1",
-        (plan_id, request_hash),
-    ).fetchone()
-    if last is None:
-        return None
-    response: dict[str, Any] = json.loads(last["response"])
-    return response if response.get("state_version") == version else None
-
+from code_runner.plans.user_action import ActionResult as ActionResult
+from code_runner.plans.user_action import Apply as Apply
+from code_runner.plans.user_action import check_action_id as check_action_id
+from code_runner.plans.user_action import run_action as run_action
 
 # --- stop and cancel ----------------------------------------------------------------------
 
@@ -178,8 +79,11 @@ def _first_reason(db: sqlite3.Connection, attempt: sqlite3.Row, reason: FirstRea
 # --- amend --------------------------------------------------------------------------------
 
 
-def amend(store: PlanStore, plan: Plan, expected_revision: int | None) -> Apply:
-    """A new revision; completed items whose content (or whose parent) changed are rerun."""
+def amend(
+    store: PlanStore, plan: Plan, expected_revision: int | None, origin: str = "amend"
+) -> Apply:
+    """A new revision (`origin`: `amend` for a whole plan, `edit` for edit operations);
+    completed items whose content (or whose parent) changed are rerun."""
 
     def apply(db: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
         plan_id = row["plan_id"]
@@ -193,7 +97,7 @@ def amend(store: PlanStore, plan: Plan, expected_revision: int | None) -> Apply:
                 fix="read `code-runner plan status` and amend the current revision.",
             )
         revision = row["revision"] + 1
-        store._add_revision(db, plan_id, revision, plan, "amend", None)
+        store._add_revision(db, plan_id, revision, plan, origin, None)
         store._update_plan(db, row, revision=revision, bump=True)
         rerun: list[str] = []
         if not _open(db, plan_id, "scope"):  # a scope pause is settled by `approve`

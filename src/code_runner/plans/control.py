@@ -56,6 +56,13 @@ def tell_run(store: PlanStore, plan_id: str) -> str:
     return "the run polls for the stop request"
 
 
+def refresh_views(store: PlanStore, plan_id: str) -> None:
+    """Rewrite the plan's record files from the store after a person's action, unless a live
+    run holds the plan (it writes them itself)."""
+    with contextlib.suppress(LockHeld), plan_lock(plan_id):
+        write_views(store, plan_id, record_dir(plan_id, store.plan(plan_id)["settings"]))
+
+
 def wait_settled(store: PlanStore, plan_id: str, wait_s: float) -> bool:
     """Until nothing of the plan is active and no process holds its lock (or `wait_s`)."""
     deadline = time.monotonic() + wait_s
@@ -124,6 +131,7 @@ def resume(
             base_dir=Path(saved.get("base_dir") or row["source_dir"]),
             output_dir=Path(saved["output_dir"]) if saved.get("output_dir") else None,
             tmux=saved.get("tmux"),  # the plan's budget is kept in the store
+            on_scope=saved.get("on_scope") or "warn",
         )
         source = git.open_source(Path(row["source_dir"]))
         out = record_dir(plan_id, row["settings"])

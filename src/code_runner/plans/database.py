@@ -62,6 +62,11 @@ class StoreBase:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_symlink():
             raise RecordError(f"the plan store {path} is a symlink.", fix="replace it by the file.")
+        if path.exists() and not path.is_file():  # a directory or a FIFO planted there
+            raise RecordError(
+                f"the plan store {path} is not a regular file.",
+                fix="move it away; the next plan command creates a new, empty store.",
+            )
         if path.exists() and path.stat().st_nlink > 1:
             raise RecordError(
                 f"the plan store {path} has other hard links; two names would lock apart.",
@@ -141,6 +146,17 @@ class StoreBase:
 
     def plans(self) -> list[sqlite3.Row]:
         return list(self.db.execute("SELECT * FROM plans ORDER BY created_at, plan_id"))
+
+    def find_plan(self, plan: str) -> str:
+        """The plan id `plan`, or the one plan whose id starts with it; UsageError if none."""
+        ids = [str(row["plan_id"]) for row in self.plans()]
+        matches = [i for i in ids if i == plan] or [i for i in ids if i.startswith(plan)]
+        if len(matches) == 1:
+            return matches[0]
+        raise UsageError(
+            f"no plan {plan!r} in the store" + (" (ambiguous)" if matches else "") + ".",
+            fix="`code-runner plan list` shows the plans and their ids.",
+        )
 
     def revision(self, plan_id: str, revision: int | None = None) -> Plan:
         number = revision if revision is not None else self.plan(plan_id)["revision"]

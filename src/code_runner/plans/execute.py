@@ -10,9 +10,7 @@ builds the commit from the verified patch in the runner repo, and hands the stor
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +31,7 @@ from code_runner.plans.item import (
     judge,
     later_programs,
 )
-from code_runner.plans.lock import plan_lock
+from code_runner.plans.lock import crash_point, plan_lock
 from code_runner.plans.model import Plan
 from code_runner.plans.outcome import Outcome
 from code_runner.plans.projection import read_base_tree
@@ -53,17 +51,6 @@ from code_runner.repo import git, snapshot
 from code_runner.runner import Preflight, run_task
 from code_runner.sandbox import decide
 
-CRASH_AT_ENV = "CODE_RUNNER_PLAN_CRASH_AT"
-
-
-def crash_point(item: str, step: str) -> None:
-    """Die here by SIGKILL when `CODE_RUNNER_PLAN_CRASH_AT` names this step (`audited`, or
-    `P2:audited`): how the crash tests stop the real process at an exact step of an item
-    (admitted, audited, committed) to prove recovery."""
-    if os.environ.get(CRASH_AT_ENV) in (step, f"{item}:{step}"):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 NO_BUDGET_S = 1e9  # no --budget: the plan's clock never runs out
 MIN_ITEM_TIMEOUT_S = 1.0
 
@@ -77,6 +64,7 @@ class RunSettings:
     output_dir: Path | None
     budget_s: float | None = None  # the whole plan's wall clock, from its first admission
     tmux: bool | None = None  # an agent CLI in a tmux pane (None: the backend's own setting)
+    on_scope: str = "warn"  # a write outside the item's declared files: warn, or stop the round
 
     def to_dict(self, approvals: Approvals) -> dict[str, Any]:
         """What `plan resume` reuses: the run options and the approvals given at import."""
@@ -87,6 +75,7 @@ class RunSettings:
             "item_timeout_s": self.item_timeout_s,
             "base_dir": str(self.base_dir),
             "tmux": self.tmux,
+            "on_scope": self.on_scope,
             "approved": [list(entry) for entry in approvals.entries],
         }
 
@@ -273,6 +262,7 @@ class PlanRun:
             backend=settings.backend,
             max_rounds=settings.max_rounds,
             timeout_s=timeout_s,
+            on_scope=settings.on_scope,
         ).model_copy(update={"base": attempt["parent"]})
         source = runner.clone_source
         agent = agents.make_agent(
@@ -312,7 +302,7 @@ class PlanRun:
             return Outcome(end=end, diagnostic=judged.diagnostic, stop_reason=result.reason.value)
         if judged.unchanged:
             return Outcome(end=RunEnd.OK, unchanged=True, stop_reason=result.reason.value)
-        patch = Path(result.patch_artifact or where / "missing.patch").read_bytes()
+        patch = Path(result.patch_artifact or where / "missing.patch")
         message = commit_message(
             item,
             plan_id=self.plan_id,

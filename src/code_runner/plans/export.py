@@ -4,23 +4,32 @@ the patch series (`--patches`).
 The chain runs from the plan's base to its head (or to the commit of `--through Pn`), read
 from the store's ledger; a chain holding the commit of an item whose checkpoint is still
 open is refused, and `--through` can export the clean prefix before it. Every export is a
-row of the `exports` table (`exporting`, then `done` or `failed`) and a file
-`exports/<id>.json` in the plan's record.
+user action (`code_runner.plans.user_action`) and a row of the `exports` table, begun in
+one transaction (`exporting`) and finished in another (`done` or `failed`) that also saves
+the action's outcome; a process that dies between them leaves the row `exporting` for
+recovery (`code_runner.plans.recovery`). A patch series is written beside its target and
+renamed into place whole, so a killed export never leaves half a series.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
 import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from code_runner import files
 from code_runner.clock import utc_now
 from code_runner.errors import UsageError
-from code_runner.plans.database import StoreBase
+from code_runner.plans.database import PlanRefused, StoreBase
+from code_runner.plans.lock import crash_point
 from code_runner.plans.runner_repo import RunnerRepo
+from code_runner.plans.user_action import UNFINISHED, Apply, finish_action
 from code_runner.repo import git
 
 _ITEM = re.compile(r"^[Pp]([1-9][0-9]{0,2})$")
@@ -44,18 +53,25 @@ def item_number(text: str) -> int:
     return int(found.group(1))
 
 
-def chain(store: StoreBase, plan_id: str, through: str | None = None) -> list[Link]:
-    """The commits to export, oldest first; refused when there is none, when `through` is not
-    done yet, or when an open checkpoint's commit is on it."""
-    row = store.plan(plan_id)
+def links_to(store: StoreBase, plan_id: str, head: str) -> list[Link]:
+    """The ledger's commits from the plan's base to `head`, oldest first."""
+    base = store.plan(plan_id)["base"]
     by_sha = {r["sha"]: r for r in store.ledger(plan_id)}
     links: list[Link] = []
-    sha = row["head"]
-    while sha != row["base"] and sha in by_sha:
+    sha = head
+    while sha != base and sha in by_sha:
         found = by_sha[sha]
         links.append(Link(found["item"], sha, found["parent"], found["ref"], found["revision"]))
         sha = found["parent"]
     links.reverse()
+    return links
+
+
+def chain(store: StoreBase, plan_id: str, through: str | None = None) -> list[Link]:
+    """The commits to export, oldest first; refused when there is none, when `through` is not
+    done yet, or when an open checkpoint's commit is on it."""
+    row = store.plan(plan_id)
+    links = links_to(store, plan_id, row["head"])
     if through is not None:
         last = item_number(through)
         _must_be_done(store, plan_id, through, last)
@@ -94,31 +110,102 @@ def _must_be_done(store: StoreBase, plan_id: str, through: str, last: int) -> No
 # --- the exports table ----------------------------------------------------------------------
 
 
-def begin_export(
-    store: StoreBase,
-    plan_id: str,
-    *,
-    kind: str,
-    target: str,
-    links: list[Link],
-    through: str | None,
-) -> int:
-    with store.write() as db:
+@dataclass(frozen=True)
+class ExportRequest:
+    """One `plan export` command: its form, its target, and how far."""
+
+    kind: str  # branch, patches or apply
+    target: str  # the branch name, the patch directory, or the source's work tree
+    through: str | None = None
+    commit: bool = False  # --apply --commit
+    author: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def target_state(req: ExportRequest, source: git.Repo) -> str:
+    """What the export's target holds now: part of "the same state" of its user action."""
+    if req.kind == "branch":
+        found = source.run("rev-parse", "--verify", "--quiet", f"refs/heads/{req.target}",
+                           check=False)  # fmt: skip
+        return f"branch:{found.stdout.decode().strip() if found.ok else ''}"
+    if req.kind == "patches":
+        where = Path(req.target)
+        names = sorted(os.listdir(where)) if where.is_dir() else None
+        return f"patches:{_digest(json.dumps(names))}"
+    head = source.run("rev-parse", "--verify", "--quiet", "HEAD", check=False).stdout.decode()
+    status = source.run(
+        "status", "--porcelain=v1", "-z", "--untracked-files=all", check=False,
+        env={"GIT_OPTIONAL_LOCKS": "0"},
+    ).stdout  # fmt: skip
+    return f"apply:{head.strip()}:{_digest(status)}"
+
+
+def _digest(data: str | bytes) -> str:
+    raw = data.encode() if isinstance(data, str) else data
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+def begin_export(store: StoreBase, req: ExportRequest, steps: list[str]) -> Apply:
+    """The user action's first transaction: the chain chosen (a refusal is the action's
+    outcome) and the export's row, `exporting`, saved with an unfinished outcome."""
+
+    def apply(db: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
+        plan_id = row["plan_id"]
+        try:
+            links = chain(store, plan_id, req.through)
+            if req.kind == "patches":
+                check_patch_dir(Path(req.target))
+        except PlanRefused:
+            raise
+        except UsageError as exc:
+            raise PlanRefused(exc.message, fix=exc.fix) from None
+        names = [link.item for link in links]
+        detail = {"items": names, "step_names": steps or _step_names(names, req.commit)}
         cursor = db.execute(
-            "INSERT INTO exports (plan_id, kind, target, head, through_item, state, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, ?, 'exporting', ?, ?)",
-            (plan_id, kind, target, links[-1].sha, through, utc_now(), utc_now()),
-        )
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
+            "INSERT INTO exports (plan_id, kind, target, head, through_item, state, detail,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'exporting', ?, ?, ?)",
+            (plan_id, req.kind, req.target, links[-1].sha, req.through, files.dumps(detail),
+             utc_now(), utc_now()),
+        )  # fmt: skip
+        return {
+            UNFINISHED: True,
+            "plan_id": plan_id,
+            "export": cursor.lastrowid,
+            "kind": req.kind,
+            "target": req.target,
+            "commit": links[-1].sha,
+            "items": names,
+        }
+
+    return apply
 
 
-def finish_export(store: StoreBase, export_id: int, *, ok: bool, detail: dict[str, Any]) -> None:
+def _step_names(items: list[str], commit: bool) -> list[str]:
+    """The apply steps of an export: one per item with --commit, else one for them all."""
+    if commit or len(items) == 1:
+        return items
+    return [f"{items[0]}-{items[-1]}"]
+
+
+def keep_action_id(db: sqlite3.Connection, key: str, response: dict[str, Any]) -> None:
+    if "export" in response:
+        db.execute("UPDATE exports SET action_id = ? WHERE id = ?", (key, response["export"]))
+
+
+def finish_export(
+    store: StoreBase, export_id: int, *, state: str, detail: dict[str, Any], key: str | None
+) -> None:
+    """The export's row and its action's outcome, in one transaction."""
     with store.write() as db:
+        row = db.execute("SELECT * FROM exports WHERE id = ?", (export_id,)).fetchone()
         db.execute(
             "UPDATE exports SET state = ?, detail = ?, updated_at = ? WHERE id = ?",
-            ("done" if ok else "failed", files.dumps(detail), utc_now(), export_id),
+            (state, files.dumps(detail), utc_now(), export_id),
         )
+        if key is not None:
+            finish_action(db, row["plan_id"], key, detail)
 
 
 def exports(store: StoreBase, plan_id: str) -> list[sqlite3.Row]:
@@ -142,23 +229,33 @@ def check_patch_dir(target: Path) -> None:
         )
 
 
-def write_patches(runner: RunnerRepo, links: list[Link], target: Path) -> list[str]:
+def partial_dir(target: Path, export_id: int) -> Path:
+    """Where a patch series is written before it is renamed into place."""
+    return target.parent / f".{target.name}.export-{export_id}.partial"
+
+
+def write_patches(runner: RunnerRepo, links: list[Link], target: Path, export_id: int) -> list[str]:
     """One `format-patch` file per commit (trailers included), `series` naming them in order,
-    and `combined.diff` (base to the last commit). Writes nothing into the source."""
+    and `combined.diff` (base to the last commit), written beside `target` and renamed into
+    place whole. Writes nothing into the source."""
     check_patch_dir(target)
-    target.mkdir(parents=True, exist_ok=True)
+    work = partial_dir(target, export_id)
+    files.force_rmtree(work)
+    work.mkdir(parents=True)
     span = f"{links[0].parent}..{links[-1].sha}"
     made = runner.repo.out(
         "format-patch", "--no-signature", "--full-index", "--binary", "--no-renames",
-        "--output-directory", str(target.resolve()), span,
+        "--output-directory", str(work.resolve()), span,
     ).splitlines()  # fmt: skip
     names = [Path(line).name for line in made if line]
-    files.atomic_write_text(target / "series", "".join(f"{name}\n" for name in names))
-    with (target / "combined.diff").open("wb") as out:
+    files.atomic_write_text(work / "series", "".join(f"{name}\n" for name in names))
+    with (work / "combined.diff").open("wb") as out:
         runner.repo.run(
             "diff", "--binary", "--full-index", "--no-renames", links[0].parent, links[-1].sha,
             stdout_file=out,
         )  # fmt: skip
+    crash_point(links[-1].item, "export-written")
+    os.rename(work, target)  # onto nothing, or onto an empty directory: whole or not at all
     return names
 
 
@@ -167,5 +264,8 @@ def changed_paths(repo: git.Repo, parent: str, sha: str) -> list[str]:
     return [git.decode_path(path) for path in fields]
 
 
-def patch_between(repo: git.Repo, parent: str, sha: str) -> bytes:
-    return repo.run("diff", "--binary", "--full-index", "--no-renames", parent, sha).stdout
+def patch_between(repo: git.Repo, parent: str, sha: str, out: IO[bytes]) -> None:
+    """The binary diff from `parent` to `sha`, written by git into `out` (never held whole)."""
+    repo.run(
+        "diff", "--binary", "--full-index", "--no-renames", parent, sha, stdout_file=out
+    )  # fmt: skip

@@ -12,7 +12,9 @@ transaction whose DoD is every item's commands in order, left in the work tree.
 from __future__ import annotations
 
 import contextlib
+import functools
 import secrets
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +27,14 @@ from code_runner.apply import (
     GitIdentity,
     apply_patch,
     decide_dod_sandbox,
+    private_patch,
 )
+from code_runner.apply.journal import Journal, Phase
+from code_runner.errors import CodeRunnerError
 from code_runner.events import EventKind
 from code_runner.plans.export import Link, changed_paths, patch_between
 from code_runner.plans.item import dod_argv, item_argvs
+from code_runner.plans.lock import crash_point
 from code_runner.plans.model import Plan
 from code_runner.plans.runner_repo import RunnerRepo, item_identity
 from code_runner.record import RecordPaths
@@ -41,16 +47,40 @@ from code_runner.workspace.env import command_env
 from code_runner.workspace.python_env import from_section
 
 DOD_TIMEOUT_S = 3600.0
+PATCH_PIECE_BYTES = 1 << 20
 
 
 class JsonlSink:
     """The apply step's events, one JSON line each, beside the step's journal."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, step: str = "") -> None:
         self.path = path
+        self.step = step
 
     def emit(self, kind: EventKind, /, **data: object) -> None:
         files.append_jsonl(self.path, {"kind": str(kind), **data})
+        crash_point(self.step, f"export-{kind}")
+
+
+def step_paths(record_dir: Path, step: str) -> RecordPaths:
+    """The record of one apply step of an export (its journal is in the state dir)."""
+    return RecordPaths(record_dir / step, step)
+
+
+def landed_steps(record_dir: Path, steps: Sequence[str]) -> list[dict[str, Any]]:
+    """The steps whose apply finished (committed, when asked), read from their journals:
+    after a crash, what the source holds of the export. Stops at the first that did not."""
+    landed: list[dict[str, Any]] = []
+    for step in steps:
+        try:
+            journal = Journal.load(step_paths(record_dir, step).apply_journal)
+        except (CodeRunnerError, OSError, ValueError, KeyError):
+            break
+        committed = journal.phase is Phase.REPAIRED and journal.commit is not None
+        if journal.phase is not Phase.FINISHED and not committed:
+            break
+        landed.append({"step": step, "commit": journal.commit})
+    return landed
 
 
 @dataclass(frozen=True)
@@ -77,7 +107,11 @@ class StepResult:
 
 
 def steps(
-    runner: RunnerRepo, revisions: dict[int, Plan], links: Sequence[Link], commit: bool
+    runner: RunnerRepo,
+    revisions: dict[int, Plan],
+    links: Sequence[Link],
+    commit: bool,
+    skip: Sequence[str] = (),
 ) -> list[Step]:
     def argvs(link: Link) -> list[tuple[str, ...]]:
         return [tuple(a) for a in item_argvs(revisions[link.revision].item(link.item))]
@@ -92,6 +126,7 @@ def steps(
                 runner.repo.out("log", "-1", "--format=%B", link.sha) + "\n",
             )
             for link in links
+            if link.item not in skip
         ]
     every = [argv for link in links for argv in argvs(link)]
     name = links[0].item if len(links) == 1 else f"{links[0].item}-{links[-1].item}"
@@ -110,6 +145,20 @@ def _dod_env(run_id: str, source_dir: Path) -> Iterator[dict[str, str]]:
         yield from_section(source_dir, DodEnv()).overlay(env)
     finally:
         files.force_rmtree(root)
+
+
+@contextlib.contextmanager
+def _step_patch(runner: RunnerRepo, step: Step, run_id: str) -> Iterator[Path]:
+    """The step's diff as the apply's private patch: git writes it into an unnamed file,
+    which is copied into place in pieces, so no patch is ever held in memory."""
+    scratch = dirs.state_dir()
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=scratch) as diff:
+        patch_between(runner.repo, step.parent, step.sha, diff)
+        diff.seek(0)
+        pieces = iter(functools.partial(diff.read, PATCH_PIECE_BYTES), b"")
+        with private_patch(pieces, sha256=None, name=run_id) as path:
+            yield path
 
 
 def apply_steps(
@@ -135,9 +184,12 @@ def apply_steps(
                 "timeout_s": DOD_TIMEOUT_S,
             }
         )
-        paths = RecordPaths(record_dir / step.name, step.name)
+        paths = step_paths(record_dir, step.name)
         paths.output_dir.mkdir(parents=True, exist_ok=True)
-        with _dod_env(run_id, source.work_tree) as env:
+        with (
+            _dod_env(run_id, source.work_tree) as env,
+            _step_patch(runner, step, run_id) as patch_path,
+        ):
             outcome = apply_patch(
                 ApplyRequest(
                     source=source,
@@ -145,7 +197,7 @@ def apply_steps(
                     task_id=step.name,
                     title=(step.message or step.name).splitlines()[0],
                     base=step.parent,
-                    patch=patch_between(runner.repo, step.parent, step.sha),
+                    patch=patch_path,
                     allowlist=Allowlist(tuple(changed_paths(runner.repo, step.parent, step.sha))),
                     dod=dod,
                     env=env,
@@ -155,7 +207,7 @@ def apply_steps(
                     message=step.message,
                     sandbox=walls,
                 ),
-                JsonlSink(paths.output_dir / "apply.events.jsonl"),
+                JsonlSink(paths.output_dir / "apply.events.jsonl", step.name),
             )
         done.append(_result(step, outcome))
         if not done[-1].ok:

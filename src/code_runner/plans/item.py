@@ -95,7 +95,10 @@ def item_spec(
     backend: str,
     max_rounds: int,
     timeout_s: float,
+    on_scope: str = "warn",
 ) -> TaskSpec:
+    """The item as a task; its allowlist is the declared files, so an agent CLI's live watch
+    sees a write outside them at once (`on_scope`: warn, or stop the round)."""
     argvs = item_argvs(item)
     allow = sorted(p for p in declared(item) if path_problem(p) is None) or ["."]
     return TaskSpec.model_validate(
@@ -114,6 +117,7 @@ def item_spec(
             },
             "max_rounds": max_rounds,
             "timeout_s": timeout_s,
+            "on_scope": on_scope,
         }
     )
 

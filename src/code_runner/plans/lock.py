@@ -3,17 +3,18 @@
 The lock file is never deleted (deleting it would let two processes hold two different
 files under one name); beside it, a lease names the holder's pid and start time so the
 second taker can say who holds it. Taking the lock is the first thing a run does, before
-the store is opened, so a second run writes nothing at all.
+the store is opened, so a second run writes nothing at all. An export holds a lock of its
+own (`export_lock`), so an export and a run of the same plan may overlap, two exports may
+not, and recovery knows an `exporting` row whose lock is free was left by a dead process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,26 +48,35 @@ def _process_start(pid: int) -> float | None:
         return None
 
 
+def _lock_path(plan_id: str, what: str) -> Path:
+    return plans_dir() / "locks" / f"{check_plan_id(plan_id)}{what}.lock"
+
+
+_EXPORT = ".export"
+
+
+def export_lock(plan_id: str) -> contextlib.AbstractContextManager[Path]:
+    """Hold the lock of the plan's exports for the block (exit 3 when one is running)."""
+    return plan_lock(plan_id, _EXPORT)
+
+
 @contextlib.contextmanager
-def plan_lock(plan_id: str) -> Iterator[Path]:
+def plan_lock(plan_id: str, what: str = "") -> Iterator[Path]:
     """Hold the plan's lock for the block; LockHeld (exit 3) when another process has it."""
-    lock_dir = plans_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    path = lock_dir / f"{check_plan_id(plan_id)}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    path = _lock_path(plan_id, what)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = files.open_lock(path, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            holder = read_lease(plan_id)
+        if not files.try_flock(fd):
+            holder = read_lease(plan_id, what)
             pid = holder.get("pid") if holder else None
+            doing = f"an export of plan {plan_id}" if what else f"plan {plan_id}"
+            doing += " is running"
             raise LockHeld(
-                f"plan {plan_id} is running in pid {pid}."
-                if pid
-                else f"plan {plan_id} is running in another process.",
-                fix=f"wait for it, or stop it with `code-runner plan stop {plan_id}`.",
+                f"{doing} in pid {pid}." if pid else f"{doing} in another process.",
+                fix="wait for it to finish"
+                if what
+                else f"wait for it, or stop it with `code-runner plan stop {plan_id}`.",
             ) from None
         lease = {
             "pid": os.getpid(),
@@ -79,8 +89,19 @@ def plan_lock(plan_id: str) -> Iterator[Path]:
         os.close(fd)
 
 
-def read_lease(plan_id: str) -> dict[str, object] | None:
-    path = plans_dir() / "locks" / f"{check_plan_id(plan_id)}.lease.json"
+CRASH_AT_ENV = "CODE_RUNNER_PLAN_CRASH_AT"
+
+
+def crash_point(item: str, step: str) -> None:
+    """Die here by SIGKILL when `CODE_RUNNER_PLAN_CRASH_AT` names this step (`audited`, or
+    `P2:audited`): how the crash tests stop the real process at an exact step of an item
+    (admitted, audited, committed) or of an export, to prove recovery."""
+    if os.environ.get(CRASH_AT_ENV) in (step, f"{item}:{step}"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def read_lease(plan_id: str, what: str = "") -> dict[str, object] | None:
+    path = _lock_path(plan_id, what).with_suffix(".lease.json")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

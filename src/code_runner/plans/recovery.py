@@ -6,6 +6,13 @@ are killed; what its workspace holds is saved as the attempt's partial patch; ev
 left active is finalised by the store's one settlement mapping, in one transaction; its
 workspaces, sandbox groups and attempt refs are removed; then owed work is paid (a saved
 finding, a scope pause, a protected-change gate) before any item may be admitted.
+
+An export left `exporting` by a dead process (its export lock free) is settled too, here and
+first in every `plan export`: a half-applied `--apply` is repaired from its journals (rolled
+back, or its landed commit finished), a half-written patch series is removed, and a branch
+is read back. The row ends `done` when the target holds the whole export (its action's
+outcome saved, so the same command replays it), else `abandoned` (its action forgotten, so
+the same command runs again).
 """
 
 from __future__ import annotations
@@ -19,17 +26,23 @@ from pathlib import Path
 from typing import Any
 
 from code_runner import dirs, files
+from code_runner.apply import repair_stale
 from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError, LockHeld, RecordError
-from code_runner.plans.lock import plan_lock
+from code_runner.plans.export import ExportRequest, exports, partial_dir, target_state
+from code_runner.plans.export_apply import landed_steps
+from code_runner.plans.lock import export_lock, plan_lock
+from code_runner.plans.report import emit, record_dir
 from code_runner.plans.runner_repo import runner_repo
 from code_runner.plans.states import AttemptState, PlanStatus, check_plan
 from code_runner.plans.store import PlanStore
+from code_runner.plans.user_action import drop_action, finish_action, saved_response
 from code_runner.proc import kill_run_processes
 from code_runner.record import RecordPaths, RunRecord
 from code_runner.repo import git
 from code_runner.runner.leases import drop as drop_lease
 from code_runner.sandbox.cgroups import remove_leftovers
+from code_runner.workspace import remove_root
 
 RUN_ID_FILE = "run_id"
 PARTIAL_PATCH = "ATTEMPT.partial.patch"
@@ -45,6 +58,7 @@ class Recovered:
     settled: list[dict[str, str]] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     owed: list[str] = field(default_factory=list)
+    exports: list[dict[str, Any]] = field(default_factory=list)
     skipped: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,7 +91,7 @@ def recover_plan(
         if saved is not None:
             partial[row["id"]] = saved
         if workspace.exists():
-            files.force_rmtree(workspace)
+            remove_root(workspace)  # its overlay's mounts first, then its own files
             done.removed.append(str(workspace))
         remove_leftovers(run_id)
         _abandon(Path(row["record_dir"]), row["item"], run_id)
@@ -89,7 +103,61 @@ def recover_plan(
     drop_attempt_refs(store, plan_id)
     done.owed = pay_owed(store, plan_id)
     store.end_run(plan_id, "the plan process stopped")
+    done.exports = recover_exports(store, plan_id)
     return done
+
+
+def recover_exports(
+    store: PlanStore, plan_id: str, *, locked: bool = False
+) -> list[dict[str, Any]]:
+    """Settle every export of the plan a dead process left `exporting` (none while a live
+    export holds the lock; `locked`: the caller holds it)."""
+    if not any(row["state"] == "exporting" for row in exports(store, plan_id)):
+        return []
+    try:
+        with contextlib.nullcontext() if locked else export_lock(plan_id):
+            rows = [row for row in exports(store, plan_id) if row["state"] == "exporting"]
+            return [_recover_export(store, row) for row in rows]
+    except LockHeld:
+        return []
+
+
+def _recover_export(store: PlanStore, row: sqlite3.Row) -> dict[str, Any]:
+    plan = store.plan(row["plan_id"])
+    out = record_dir(row["plan_id"], plan["settings"])
+    detail: dict[str, Any] = json.loads(row["detail"] or "{}")
+    source = git.open_source(Path(plan["source_dir"]))
+    req = ExportRequest(row["kind"], row["target"])
+    if row["kind"] == "branch":
+        whole = target_state(req, source) == f"branch:{row['head']}"
+        note = "the branch had been moved" if whole else "the branch was left as it was"
+    elif row["kind"] == "patches":
+        files.force_rmtree(partial_dir(Path(row["target"]), row["id"]))
+        whole = (Path(row["target"]) / "series").is_file()
+        note = "the series was in place" if whole else "the half-written series was removed"
+    else:
+        repairs = repair_stale(source_git_dir=str(source.git_dir))
+        names = detail.get("step_names") or []
+        landed = landed_steps(out / "exports" / str(row["id"]), names)
+        whole = len(landed) == len(names)
+        note = "; ".join(f"{r.run_id}: {r.action}" for r in repairs) or "nothing to repair"
+        detail["landed"] = landed
+    state = "done" if whole else "abandoned"
+    detail.update(
+        recovered=f"the export process died; {note}", target_after=target_state(req, source)
+    )
+    with store.write() as db:
+        db.execute(
+            "UPDATE exports SET state = ?, detail = ?, updated_at = ? WHERE id = ?",
+            (state, files.dumps(detail), utc_now(), row["id"]),
+        )
+        saved = saved_response(db, row["plan_id"], row["action_id"]) if row["action_id"] else None
+        if saved is not None and whole:
+            finish_action(db, row["plan_id"], row["action_id"], {**saved, **detail})
+        elif saved is not None:
+            drop_action(db, row["plan_id"], row["action_id"])
+    emit(out, "export_recovered", plan=row["plan_id"], export=row["id"], state=state, note=note)
+    return {"export": row["id"], "kind": row["kind"], "state": state, "note": note}
 
 
 def save_partial(workspace: Path, parent: str, record_dir: Path) -> str | None:
@@ -102,12 +170,14 @@ def save_partial(workspace: Path, parent: str, record_dir: Path) -> str | None:
     try:
         repo.run("read-tree", parent, env=env, timeout_s=PARTIAL_DEADLINE_S)
         repo.run("add", "-A", "--", ".", env=env, timeout_s=PARTIAL_DEADLINE_S)
-        diff = repo.run(
-            "diff", "--cached", "--binary", "--no-ext-diff", parent, "--",
-            env=env, timeout_s=PARTIAL_DEADLINE_S,
-        ).stdout  # fmt: skip
-        record_dir.mkdir(parents=True, exist_ok=True)
-        files.atomic_write_bytes(target, diff[:MAX_PARTIAL])
+        files.atomic_write_from(
+            target,
+            lambda out: repo.run(
+                "diff", "--cached", "--binary", "--no-ext-diff", parent, "--",
+                env=env, timeout_s=PARTIAL_DEADLINE_S, stdout_file=out,
+            ),
+            max_bytes=MAX_PARTIAL,
+        )  # fmt: skip
     except (CodeRunnerError, OSError) as exc:
         with contextlib.suppress(OSError):
             files.atomic_write_text(target, f"# the partial patch could not be saved: {exc}\n")
@@ -213,8 +283,10 @@ def recover_all(*, dry_run: bool = False) -> list[Recovered]:
         assert isinstance(store, PlanStore)
         for row in store.plans():
             plan_id = row["plan_id"]
-            unfinished = store.active_attempt(plan_id) is not None or (
-                PlanStatus(row["status"]) is PlanStatus.RUNNING
+            unfinished = (
+                store.active_attempt(plan_id) is not None
+                or PlanStatus(row["status"]) is PlanStatus.RUNNING
+                or any(e["state"] == "exporting" for e in exports(store, plan_id))
             )
             if not unfinished and not store.findings(plan_id, owed_only=True):
                 continue

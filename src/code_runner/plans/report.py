@@ -14,6 +14,7 @@ from typing import Any
 
 from code_runner import files
 from code_runner.clock import utc_now
+from code_runner.plans.export import exports
 from code_runner.plans.item import item_argvs
 from code_runner.plans.lock import plans_dir
 from code_runner.plans.states import AttemptState, PlanStatus
@@ -111,7 +112,24 @@ def plan_status(store: PlanStore, plan_id: str) -> dict[str, Any]:
             }
             for c in checkpoints
         ],
+        "exports": [_export(row) for row in exports(store, plan_id)],
         "updated_at": utc_now(),
+    }
+
+
+def _export(row: Any) -> dict[str, Any]:
+    detail = json.loads(row["detail"] or "{}")
+    return {
+        "id": row["id"],
+        "kind": row["kind"],
+        "target": row["target"],
+        "head": row["head"],
+        "through": row["through_item"],
+        "state": row["state"],
+        "items": detail.get("items", []),
+        "error": detail.get("error"),
+        "recovered": detail.get("recovered"),
+        "updated_at": row["updated_at"],
     }
 
 
@@ -137,6 +155,17 @@ def markdown(status: dict[str, Any]) -> str:
             f"| {item['id']} | {title} | {item['state']} | {(item['commit'] or '')[:12]} |"
             f" {len(item['attempts'])} | {item['dod']} | {'; '.join(notes).replace('|', '/')} |"
         )
+    if status["exports"]:
+        lines += [
+            "",
+            "| export | form | target | items | state |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {e['id']} | {e['kind']} | {e['target'].replace('|', '/')} |"
+            f" {', '.join(e['items'])} | {e['state']} |"
+            for e in status["exports"]
+        ]
     lines += ["", f"Next: {status['next']}", ""]
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from code_runner.apply.commit import GitIdentity, commit_identity
 from code_runner.errors import GitError, UsageError
-from code_runner.plans.lock import plans_dir
+from code_runner.plans.lock import crash_point, plans_dir
 from code_runner.plans.outcome import Commit
 from code_runner.repo import git
 
@@ -56,14 +56,16 @@ class RunnerRepo:
         return self.repo.out("rev-parse", f"{sha}^{{tree}}")
 
     def build_commit(
-        self, *, parent: str, patch: bytes, message: str, identity: GitIdentity, ref: str
+        self, *, parent: str, patch: Path, message: str, identity: GitIdentity, ref: str
     ) -> Commit:
-        """The verified patch onto `parent` in a private index; the commit under `ref`."""
+        """The verified patch file onto `parent` in a private index (git reads the file
+        itself, so no patch is ever held in memory); the commit under `ref`."""
         index = self.git_dir / f"index-{os.getpid()}"
         env = {"GIT_INDEX_FILE": str(index)}
         try:
             self.repo.run("read-tree", parent, env=env)
-            self.repo.run("apply", "--cached", "--binary", "-", input_bytes=patch, env=env)
+            with patch.open("rb") as patch_file:
+                self.repo.run("apply", "--cached", "--binary", "-", stdin_file=patch_file, env=env)
             tree = self.repo.out("write-tree", env=env)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -91,7 +93,8 @@ class RunnerRepo:
         """
         full = f"refs/heads/{branch}"
         bad = source.run("check-ref-format", full, check=False)
-        if not bad.ok:
+        # what `git branch` refuses too: an option-like name, and HEAD
+        if not bad.ok or branch.startswith("-") or branch == "HEAD":
             raise UsageError(f"{branch!r} is not a branch name.", fix="choose another --branch.")
         head = source.run("symbolic-ref", "--quiet", "HEAD", check=False).stdout.decode().strip()
         if head == full:
@@ -104,6 +107,7 @@ class RunnerRepo:
         if old is not None:
             self._check_owned(source, old, owned, base, branch)
         self.copy_objects(source, sha, base)
+        crash_point(branch, "export-copied")
         source.run("update-ref", full, sha, old or ZERO)
         if source.out("rev-parse", "--verify", full) != sha:  # read back
             raise GitError(

@@ -24,7 +24,7 @@ from code_runner.proc.process import (
     signal_of,
     spawn,
 )
-from code_runner.proc.run import Captured, capture, run, shell_argv, stale_scratch
+from code_runner.proc.run import Captured, Launcher, capture, run, shell_argv, stale_scratch
 from code_runner.proc.signals import signals_as_interrupt, signals_deferred
 from code_runner.proc.tracking import describe as describe_tracking
 from code_runner.proc.tracking import leftover_groups, members, remove_group
@@ -33,6 +33,7 @@ from code_runner.proc.tree import (
     RUN_ID_ENV,
     TOKEN_ENV,
     become_subreaper,
+    descendants,
     kill_run_processes,
     kill_tokened,
 )
@@ -46,11 +47,13 @@ __all__ = [
     "TIMEOUT_EXIT_CODE",
     "TOKEN_ENV",
     "Captured",
+    "Launcher",
     "ProcResult",
     "Process",
     "StopCheck",
     "become_subreaper",
     "capture",
+    "descendants",
     "describe_tracking",
     "exit_code_of",
     "hand_terminal",

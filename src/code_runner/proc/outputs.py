@@ -8,6 +8,9 @@ every record file is opened here, under a descriptor of its directory: the name 
 `O_NOFOLLOW` (and `O_NONBLOCK`, so a planted FIFO cannot hang the runner), and a symlink, a hard
 link or anything but a regular file at the name is unlinked (by name, in that directory) and
 a fresh file made in its place (`O_EXCL`). The planted link's target is never touched.
+
+A device node is never removed: only root can plant one, and the name is far more likely the
+machine's own (`/dev/null` given as an output path) than a trap. Opening one is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def real_dir(path: Path) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         return path
     if not stat.S_ISDIR(info.st_mode):
+        _refuse_device(path, info)
         path.unlink()
         path.mkdir(parents=True, exist_ok=True)
     return path
@@ -49,8 +53,11 @@ def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:
     files): nobody else can plant anything there, and it is opened through /proc."""
     if path.parent == OWN_FDS:
         return os.open(path, flags | os.O_CLOEXEC)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    dir_fd = os.open(path.parent, _DIR_FLAGS)
+    try:
+        dir_fd = os.open(path.parent, _DIR_FLAGS)
+    except FileNotFoundError:  # made on first use only: most calls append to an open log's dir
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(path.parent, _DIR_FLAGS)
     try:
         flags |= os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO never blocks
         fd = _open_in(dir_fd, path.name, flags, mode)
@@ -79,8 +86,18 @@ def _open_in(dir_fd: int, name: str, flags: int, mode: int) -> int:
     raise OSError(errno.EEXIST, f"{name} keeps being replaced; it was not written")
 
 
+def _refuse_device(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+        raise OSError(
+            errno.EINVAL,
+            f"{path} is a device, not a file a record or an output can go to; "
+            "give a regular file's path (or no path, to discard the output)",
+        )
+
+
 def _remove(dir_fd: int, name: str) -> None:
     try:
+        _refuse_device(Path(name), os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
         os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass

@@ -288,6 +288,7 @@ def spawn(
     stdout_path: Path,
     stderr_path: Path,
     append: bool = True,
+    pass_fds: Sequence[int] = (),
 ) -> Process:
     """Start `argv` in its own session, stdin from /dev/null, output to files.
 
@@ -296,6 +297,7 @@ def spawn(
     A child of a run (`RUN_ID_ENV` in `env`) first joins a cgroup leaf of that run, which
     nothing it starts can leave (`tracking`), and the runner becomes non-dumpable, so the
     child cannot read the runner's environment through /proc.
+    `pass_fds` stay open in the child (a socket to a resident sandbox's executor).
     Raises OSError when the program cannot be started.
     """
     token = new_token()
@@ -319,6 +321,7 @@ def spawn(
             stderr=err_f,
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
     return Process(
         popen,

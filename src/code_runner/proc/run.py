@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import code_runner.proc.tracking as tracking
 from code_runner.proc.outputs import open_no_follow
@@ -56,6 +56,27 @@ class Captured:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+class Launcher(Protocol):
+    """What runs a command to its end with `run`'s contract: `run` itself, or a sandbox's
+    `Session.run` (the command inside the session's resident sandbox)."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str],
+        timeout_s: float,
+        stdout_path: Path | None = None,
+        stderr_path: Path | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        head_bytes: int = DEFAULT_HEAD_BYTES,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        grace_s: float = DEFAULT_GRACE_S,
+        stop_when: StopCheck | None = None,
+    ) -> ProcResult: ...
 
 
 def shell_argv(command: str) -> list[str]:

@@ -122,12 +122,17 @@ def kill_descendants(token: str, root_pid: int, grace_s: float) -> int:
     leftovers = tokened(token, root_pid)
     if not leftovers:
         return 0
-    for leftover in leftovers:
-        with contextlib.suppress(psutil.Error):
-            leftover.kill()
-    psutil.wait_procs(leftovers, timeout=grace_s)
+    _kill_all(leftovers, grace_s)
     _reap(leftovers)
     return len(leftovers)
+
+
+def _kill_all(processes: list[psutil.Process], grace_s: float) -> None:
+    """SIGKILL each of `processes`, and wait up to `grace_s` for them to be gone."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(processes, timeout=grace_s)
 
 
 def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -142,10 +147,7 @@ def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
             with contextlib.suppress(psutil.Error):
                 child.terminate()
         _, alive = psutil.wait_procs(found, timeout=grace_s)
-        for child in alive:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        psutil.wait_procs(alive, timeout=grace_s)
+        _kill_all(alive, grace_s)
         _reap(found)
         return len(found)
 

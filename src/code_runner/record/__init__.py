@@ -2,7 +2,8 @@
 
 `paths` names the files of a record; `state` holds the run state table and the reason and
 status words; `result.RunResult` is result.json as a versioned value and `load_result` the
-one way to read it; `writer.RunRecord` is the only writer (events, status, rounds, result);
+one way to read it; `writer.RunRecord` is the only writer (events, status, rounds, result), and
+`being_written` says whether a live one holds the record;
 `finished` loads and checks a finished record; `views` renders `run.json`, `result.md` and
 `eval.md`; `summary` lists many runs.
 """
@@ -17,7 +18,7 @@ from code_runner.record.state import (
     ResultStatus,
     RunState,
 )
-from code_runner.record.writer import SCHEMA_VERSION, RunRecord
+from code_runner.record.writer import SCHEMA_VERSION, RunRecord, being_written
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -31,6 +32,7 @@ __all__ = [
     "RunState",
     "RunUsage",
     "SkillVerdict",
+    "being_written",
     "hunk_markdown",
     "load_result",
     "run_usage",

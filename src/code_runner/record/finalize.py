@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 import code_runner.record.seal as seal
+from code_runner import files
 from code_runner.errors import RecordError
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import load_result
@@ -36,7 +37,7 @@ def record_in(run_dir: Path) -> RecordPaths:
 
 def _ended(paths: RecordPaths) -> None:
     try:
-        state = RunState(json.loads(paths.status.read_text(encoding="utf-8"))["state"])
+        state = RunState(json.loads(files.read_regular(paths.status))["state"])
     except (OSError, ValueError, KeyError, TypeError):
         state = None
     if state not in TERMINAL_STATES or not paths.result.exists():
@@ -51,7 +52,7 @@ def _ended(paths: RecordPaths) -> None:
 
 def _spec(paths: RecordPaths) -> TaskSpec:
     try:
-        request = json.loads(paths.request.read_text(encoding="utf-8"))
+        request = json.loads(files.read_regular(paths.request))
         return TaskSpec.model_validate(request["spec"])
     except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
         raise RecordError(

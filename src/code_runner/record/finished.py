@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import code_runner.record.seal as seal
+from code_runner import files
 from code_runner.errors import RecordError, UsageError
 from code_runner.record.paths import RecordPaths
 from code_runner.record.result import RunResult, load_result
@@ -45,7 +46,7 @@ class FinishedRun:
     allowlist: Allowlist
     dod: DefinitionOfDone
     rollback: bool
-    patch: bytes
+    patch_sha256: str  # the sealed digest; apply copies `paths.patch` privately against it
     env: DodEnv = field(default_factory=DodEnv)  # the spec's env section
 
 
@@ -59,7 +60,7 @@ def _incomplete(path: Path, what: str) -> RecordError:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(files.read_regular(path))
     except FileNotFoundError as exc:
         raise _incomplete(path.parent, f"{path.name} is missing") from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -152,10 +153,12 @@ def load(target: Path) -> FinishedRun:
     if request.get("run_id") != result.run_id or not isinstance(spec, dict):
         raise _incomplete(paths.output_dir, "request.json is not this run's request")
     try:
-        patch = paths.patch.read_bytes()
+        hashed = hashlib.sha256()
+        for chunk in files.read_chunks(paths.patch):
+            hashed.update(chunk)
+        digest = hashed.hexdigest()
     except OSError as exc:
         raise _incomplete(paths.output_dir, f"the patch file cannot be read ({exc})") from exc
-    digest = hashlib.sha256(patch).hexdigest()
     if digest != result.patch_sha256:
         raise RecordError(
             f"the patch file {paths.patch} does not match the digest recorded in result.json "
@@ -182,7 +185,7 @@ def load(target: Path) -> FinishedRun:
         dod=dod,
         env=env,
         rollback=spec.get("rollback_on_failure") is not False,
-        patch=patch,
+        patch_sha256=result.patch_sha256,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from code_runner import problems
+from code_runner import files, problems
 from code_runner.errors import RecordError
 from code_runner.record.state import Reason, ResultStatus
 from code_runner.task.contract import Evidence
@@ -95,30 +95,43 @@ class RoundDetail(_Record):
 class RunUsage(_Record):
     """The model usage of the whole run: tokens as the provider reported them, and the cost
     at the backend's configured prices. `cost_usd` is None when it cannot be known (no price
-    configured, or a call came without usage): an unknown cost is never shown as $0."""
+    configured, or a call came without usage): an unknown cost is never shown as $0.
 
-    model_calls: int = 0
+    `reported_by` names the agent CLI whose own report these are (`codex`, `claude-code`):
+    then `cost_usd` is the CLI's own figure, and what it does not report (Codex's cost and
+    model calls) is None."""
+
+    model_calls: int | None = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     usage_reported: bool = True
     price_known: bool = False
     cost_usd: float | None = None
+    reported_by: str | None = None
 
     def describe(self) -> str:
         """The usage in words: `3 model calls, 1,234 tokens (1,000 in, 234 out), $0.0042`."""
-        calls = f"{self.model_calls} model call{'' if self.model_calls == 1 else 's'}"
         tokens = (
             f"{self.total_tokens:,} tokens ({self.prompt_tokens:,} in, "
             f"{self.completion_tokens:,} out)"
         )
         if not self.usage_reported:
-            tokens += ", some calls reported no usage"
+            some = "rounds" if self.reported_by else "calls"
+            tokens += f", some {some} reported no usage"
+        if self.model_calls is None:
+            return f"{tokens}, {self.cost()}"
+        calls = f"{self.model_calls} model call{'' if self.model_calls == 1 else 's'}"
         return f"{calls}, {tokens}, {self.cost()}"
 
     def cost(self) -> str:
+        by = self.reported_by
         if self.cost_usd is not None:
-            return f"${self.cost_usd:.4f}"
+            return f"${self.cost_usd:.4f}" + (f" (as {by} reported it)" if by else "")
+        if by and not self.usage_reported:
+            return f"cost unknown ({by} reported no usage for some rounds)"
+        if by:
+            return f"cost unknown ({by} reports no cost)"
         if not self.price_known:
             return "cost unknown (no price configured for the backend)"
         return "cost unknown (the provider reported no usage for some calls)"
@@ -303,7 +316,7 @@ def v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(rounds, list)
         else None
     )
-    usage = {"usage": found.model_dump(mode="json")} if found is not None else {}
+    usage = {"usage": found.model_dump(mode="json", exclude_unset=True)} if found else {}
     return {**data, **usage, "schema_version": 3}
 
 
@@ -357,7 +370,7 @@ def parse_result(data: object, path: Path) -> RunResult:
 def load_result(path: Path) -> RunResult:
     """Read a `*.result.json`, or say clearly why it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = files.read_regular(path).decode("utf-8")
     except FileNotFoundError:
         raise RecordError(
             f"{path} does not exist.",

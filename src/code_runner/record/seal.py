@@ -21,8 +21,9 @@ import hmac
 import json
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from code_runner import dirs, files
 from code_runner.errors import RecordError
@@ -53,13 +54,8 @@ def _key() -> bytes:
     """The runner user's record key: created once, 0600, never through a symlink."""
     path = key_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, os.urandom(KEY_BYTES))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    if not os.path.lexists(path):
+        _make_key(path)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         info = os.fstat(fd)
@@ -73,6 +69,24 @@ def _key() -> bytes:
             "refused) and re-run.",
         )
     return key
+
+
+def _make_key(path: Path) -> None:
+    """Write a new key beside `path` and link it into place: the key appears whole or not at
+    all, so a run starting at the same moment never reads a half-written one; when several
+    make one at once, the first link wins and every process uses that key."""
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, os.urandom(KEY_BYTES))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.link(draft, path)
+    finally:
+        os.unlink(draft)
 
 
 def _prefix(task_id: str, name: str) -> bytes:
@@ -97,6 +111,24 @@ def stream(task_id: str, name: str) -> hmac.HMAC:
 def _read(path: Path) -> bytes | None:
     """The bytes of the regular file `path`; None when it is missing, a link or not a file
     (a FIFO planted there never blocks the reader)."""
+    chunks = _chunks(path)
+    return None if chunks is None else b"".join(chunks)
+
+
+def _file_mac(key: bytes, task_id: str, name: str, path: Path) -> str | None:
+    """The MAC of the regular file `path`, read in pieces (a patch may be large); None as
+    for `_read`."""
+    chunks = _chunks(path)
+    if chunks is None:
+        return None
+    digest = hmac.new(key, _prefix(task_id, name), hashlib.sha256)
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _chunks(path: Path) -> Iterator[bytes] | None:
+    """The pieces of the regular file `path`; None as for `_read`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -105,10 +137,16 @@ def _read(path: Path) -> bytes | None:
         if exc.errno in (errno.ELOOP, errno.ENXIO):
             return None
         raise
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return f.read()
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory
+        os.close(fd)
+        return None
+    return _pieces(os.fdopen(fd, "rb"))
+
+
+def _pieces(f: BinaryIO) -> Iterator[bytes]:
+    with f:
+        while chunk := f.read(1 << 20):
+            yield chunk
 
 
 def _top(key: bytes, task_id: str, macs: Mapping[str, str]) -> str:
@@ -131,11 +169,11 @@ def refresh(paths: RecordPaths, macs: dict[str, str], names: Iterable[str]) -> N
     """Recompute into `macs` the MACs of `names` from their files (a missing one drops)."""
     key = _key()
     for name in names:
-        data = _read(paths.file(name))
-        if data is None:
+        found = _file_mac(key, paths.task_id, name, paths.file(name))
+        if found is None:
             macs.pop(name, None)
         else:
-            macs[name] = _mac(key, paths.task_id, name, data)
+            macs[name] = found
 
 
 def seal(paths: RecordPaths, names: Iterable[str] = SEALED) -> None:
@@ -177,14 +215,16 @@ def verify(paths: RecordPaths, names: Iterable[str]) -> None:
     key = _key()
     for name in names:
         path = paths.file(name)
-        data = _read(path)
+        found = _file_mac(key, paths.task_id, name, path)
         expected = macs.get(name)
-        if data is None and expected is None:
+        if found is None and expected is None:
             continue
-        if data is None or expected is None:
-            what = "is missing" if data is None else "was not written by the run"
+        if found is None or expected is None:
+            what = "was not written by the run"
+            if found is None:
+                what = "is missing" if not os.path.lexists(path) else "is not a regular file"
             raise RecordError(f"the record file {path} {what}.", fix=_FIX)
-        if not hmac.compare_digest(expected, _mac(key, paths.task_id, name, data)):
+        if not hmac.compare_digest(expected, found):
             raise RecordError(
                 f"the record file {path} was changed after the run (its seal does not match).",
                 fix=_FIX,

@@ -9,7 +9,6 @@ experiment's, a half-written one) is skipped and counted, never fatal.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,11 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from code_runner import files
 from code_runner.errors import RecordError, UsageError
 from code_runner.record.result import RunResult, load_result
 from code_runner.task.contract import WorkerStatus, evidence_status
 
-_SKIP_DIRS = {".git", "node_modules", "__pycache__", ".tools", "workspaces"}
 MAX_RESULTS = 100_000
 
 
@@ -86,9 +85,8 @@ def _result_files(root: Path) -> Iterator[Path]:
     if root.is_file():
         yield root
         return
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
+    for dirpath, _dirnames, filenames in files.walk_records(root):
+        for name in filenames:
             if name.endswith(".result.json"):
                 yield Path(dirpath, name)
 

@@ -227,7 +227,7 @@ def _review_head(hunk: Path) -> str:
 def recorded_skills(paths: RecordPaths) -> list[Mapping[str, Any]]:
     """The skills run.json lists (name, path, origin, hashes), or none."""
     try:
-        info = json.loads(paths.run_info.read_text(encoding="utf-8"))
+        info = json.loads(files.read_regular(paths.run_info))
     except (OSError, ValueError):
         return []
     found = info.get("skills") if isinstance(info, dict) else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -95,7 +94,7 @@ class RunRecord:
 
         Raises `RecordError` when its status.json cannot be read."""
         try:
-            status = json.loads(paths.status.read_text(encoding="utf-8"))
+            status = json.loads(files.read_regular(paths.status))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise RecordError(
                 f"the run record's {paths.status} cannot be read ({exc}).",
@@ -270,12 +269,6 @@ class RunRecord:
         block = f"## round {round_index}\n{shown}\n\n" if text.strip() else ""
         files.atomic_write_text(self.paths.response, previous + block, durable=False)
 
-    def write_patch(self, patch: bytes, review: str) -> str:
-        files.atomic_write_bytes(self.paths.patch, patch)
-        files.atomic_write_text(self.paths.hunk, review)
-        self._seal("patch", seal.mac(self.paths.task_id, "patch", patch))
-        return hashlib.sha256(patch).hexdigest()
-
     def copy_patch(self, patch: Path, review: Path, *, title: str) -> tuple[str, int]:
         """The patch and its review page from files, streamed: (sha256, size) of the patch."""
         digest, size = hashlib.sha256(), 0
@@ -324,13 +317,27 @@ _RUN_FILES = (
 )
 
 
+def being_written(paths: RecordPaths) -> bool:
+    """Whether a live process (a run, an apply, a reject) holds the record's lock. Read-only:
+    the lock file is never created. A run killed by SIGKILL holds nothing, so its record,
+    not terminal, is being written by no one until `code-runner gc` marks it abandoned."""
+    try:
+        fd = os.open(paths.lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return not files.try_flock(fd, shared=True)
+    finally:
+        os.close(fd)  # closing releases a shared lock taken here
+
+
 def take_lock(paths: RecordPaths) -> int:
     """An exclusive flock on `{task_id}.lock`, never through a symlink; LockHeld if taken.
 
     A run holds it while it writes its record, and an apply or a reject while it decides
     on it: neither starts while the other goes on."""
     try:
-        fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = files.open_lock(paths.lock, 0o644)
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
@@ -338,9 +345,7 @@ def take_lock(paths: RecordPaths) -> int:
             f"{paths.lock} is a symlink, not a run lock; it was not followed.",
             fix=f"remove {paths.lock} (someone planted it) or use an output_dir only you write.",
         ) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not files.try_flock(fd):
         os.close(fd)
         raise LockHeld(
             f"another run, apply or reject of task {paths.task_id!r} is writing its record in "

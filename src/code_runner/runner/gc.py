@@ -22,6 +22,7 @@ from code_runner.proc import (
 )
 from code_runner.record import RecordPaths, RunRecord
 from code_runner.sandbox.cgroups import remove_leftovers
+from code_runner.sandbox.idmap import remove_leftovers as detach_views
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,18 @@ def collect(*, dry_run: bool = False, stale_after_s: float = 60.0) -> list[Remov
         killed: tuple[int, ...] = ()
         if not dry_run:
             killed = kill_run_processes(left.run_id)
-            files.force_rmtree(left.root)
+            workspace.remove_root(left.root)  # its mounts first, if it has any
             remove_leftovers(left.run_id)  # the run's sandbox cgroups, if it had any
             if left.output_dir:
                 marked = _mark_abandoned(Path(left.output_dir), left.run_id, left.reason)
             run_leases.drop(left.run_id)
         removed.append(Removed(str(left.root), left.run_id, left.reason, marked, killed))
     removed += _collect_dead_runs(dry_run=dry_run, done={r.run_id for r in removed})
+    if not dry_run:  # idle checkouts beyond the cache's bound, and half-made ones
+        removed += [
+            Removed(str(p), "", "an idle checkout beyond the cache's bound", None)
+            for p in workspace.prune_checkouts()
+        ]
     return removed + _collect_orphan_groups(dry_run=dry_run, done={r.run_id for r in removed})
 
 
@@ -78,7 +84,10 @@ def _collect_orphan_groups(*, dry_run: bool, done: set[str]) -> list[Removed]:
 
     Only empty ones: the hierarchy is the machine's, and a group with processes may belong
     to a live run of another state dir; a dead run of ours was emptied above, by its id."""
-    removed: list[Removed] = []
+    removed = [
+        Removed(str(view), "", "an id-mapped view of a source a dead runner left", None)
+        for view in detach_views(dry_run=dry_run)  # detached, never removed recursively
+    ]
     for scratch in stale_scratch():  # a SIGKILLed runner's per-command output files
         if not dry_run:
             files.force_rmtree(scratch)
@@ -109,7 +118,7 @@ def _collect_dead_runs(*, dry_run: bool, done: set[str]) -> list[Removed]:
         if not dry_run:
             killed = kill_run_processes(run_id)
             if had_workspace:
-                files.force_rmtree(root)
+                workspace.remove_root(root)
             remove_leftovers(run_id)
             if lease.get("output_dir"):
                 marked = _mark_abandoned(Path(str(lease["output_dir"])), run_id, why)

@@ -41,6 +41,18 @@ def own_descendants() -> frozenset[tuple[int, float]]:
     return frozenset(_identity(p) for p in found)
 
 
+def tree_of(pid: int | None) -> frozenset[tuple[int, float]]:
+    """(pid, start time) of `pid` and its descendants: a resident sandbox, idle between
+    commands (its executor has already killed what each command left), never the agent's."""
+    if pid is None:
+        return frozenset()
+    try:
+        top = psutil.Process(pid)
+        return frozenset(_identity(p) for p in (top, *top.children(recursive=True)))
+    except psutil.Error:
+        return frozenset()
+
+
 def _identity(process: psutil.Process) -> tuple[int, float]:
     try:
         return process.pid, process.create_time()
@@ -74,4 +86,4 @@ def end_agent_processes(
     return sorted(v.pid for v in victims)
 
 
-__all__ = ["end_agent_processes", "own_descendants"]
+__all__ = ["end_agent_processes", "own_descendants", "tree_of"]

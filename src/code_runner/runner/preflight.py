@@ -14,7 +14,7 @@ from code_runner import agents, apply
 from code_runner.agents.base import Agent
 from code_runner.errors import PreflightError
 from code_runner.repo import git
-from code_runner.sandbox import Decision, decide
+from code_runner.sandbox import READ_ONLY_FIX, Decision, decide
 from code_runner.task import TaskSpec
 
 
@@ -56,6 +56,13 @@ def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
             f"the task names skills, and backend {spec.backend.split(':', 1)[0]!r} cannot "
             "load them (skills are installed for the codex-cli and claude-cli backends).",
             fix="use a codex-cli or claude-cli backend, or remove `skills` from the spec.",
+        )
+    skills_problem = getattr(agent, "skills_problem", None)
+    if spec.skills and callable(skills_problem) and (problem := skills_problem()):
+        # the CLI's tools must not be able to change a skill: unguarded, no run
+        raise PreflightError(
+            f"the task names skills, and {problem}.",
+            fix=f"{READ_ONLY_FIX}; or use Codex's workspace-write sandbox; or remove `skills`.",
         )
     warnings: list[str] = []
     if shutil.which("rg") is None:

@@ -7,10 +7,13 @@ here from real git state and real exit codes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from code_runner import apply, proc, verify, workspace
@@ -18,7 +21,7 @@ from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, 
 from code_runner.errors import CodeRunnerError, DiskBudgetExceeded, Interrupted, PreflightError
 from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
-from code_runner.runner.leftovers import end_agent_processes, own_descendants
+from code_runner.runner.leftovers import end_agent_processes, own_descendants, tree_of
 from code_runner.sandbox import Session
 from code_runner.task import TaskSpec
 from code_runner.task.paths import Allowlist
@@ -179,6 +182,7 @@ class RoundLoop:
             env=self.ws.env(),
             events=self.record,
             wrap_argv=self.sandbox.wrap if self.sandbox else None,
+            launch=self.sandbox.run if self.sandbox else None,
             deadline=self.deadline,
             after_call=self._check_disk,
             during_call=self._over_budget,
@@ -301,6 +305,7 @@ class RoundLoop:
             env=self.ws.env(),
             deadline=self.deadline,
             skills=self.skills,
+            over_budget=self._over_budget,
         )
         self.record.emit(EventKind.AGENT_STARTED, backend=self.spec.backend)
         try:
@@ -366,18 +371,21 @@ class RoundLoop:
         that changed nothing, or went back to a state already judged, costs no DoD run)."""
         seen = self.verdicts.get(tree)
         if seen is not None:
-            self.record.emit(
-                EventKind.DOD_FINISHED,
-                label=label,
-                passed=seen.passed,
-                exit_code=seen.exit_code,
-                reason=seen.reason,
-                reused_for_tree=tree,
-            )
+            self._dod_finished(label, seen, reused_for_tree=tree)
             return seen
         verdict = self._run_dod(label)
         self.verdicts[tree] = verdict
         return verdict
+
+    def _dod_finished(self, label: str, verdict: verify.Verdict, **extra: str) -> None:
+        self.record.emit(
+            EventKind.DOD_FINISHED,
+            label=label,
+            passed=verdict.passed,
+            exit_code=verdict.exit_code,
+            reason=verdict.reason,
+            **extra,
+        )
 
     def _run_dod(self, label: str) -> verify.Verdict:
         """The DoD in the workspace, its timeout clipped to the time the run has left."""
@@ -393,27 +401,33 @@ class RoundLoop:
             self.record.emit(EventKind.DOD_STARTED, label=label, command=dod.command)
             if self.sandbox is None:
                 self.ws.empty_scratch()
-            verdict = verify.run_dod(
-                dod,
-                cwd=self.ws.work_tree,
-                env=self.ws.env(),
-                log_path=self.record.paths.verifier_log,
-                label=label,
-                wrap_argv=self.sandbox.wrap if self.sandbox else None,
-                stop_when=self._over_budget,
-            )
+            with self._dependencies():
+                verdict = verify.run_dod(
+                    dod,
+                    cwd=self.ws.work_tree,
+                    env=self.ws.env(),
+                    log_path=self.record.paths.verifier_log,
+                    label=label,
+                    wrap_argv=self.sandbox.wrap if self.sandbox else None,
+                    launch=self.sandbox.run if self.sandbox else None,
+                    stop_when=self._over_budget,
+                )
             self._check_disk()  # what the DoD wrote counts too
-        self.record.emit(
-            EventKind.DOD_FINISHED,
-            label=label,
-            passed=verdict.passed,
-            exit_code=verdict.exit_code,
-            reason=verdict.reason,
-        )
+        self._dod_finished(label, verdict)
         return verdict
 
+    def _dependencies(self) -> AbstractContextManager[list[Path]]:
+        """Without the sandbox, the source's dependency dirs in the work tree for the DoD
+        (`.venv/bin/python` resolves as it does under the sandbox's binds)."""
+        if self.sandbox is not None:
+            return contextlib.nullcontext([])
+        return self.ws.unsandboxed_dependencies()
+
     def _end_agent_processes(self) -> list[int]:
-        return end_agent_processes(self.ws.run_id, self.ws.root, before=self.host_children)
+        keep = self.host_children
+        if self.sandbox is not None:
+            keep = keep | tree_of(self.sandbox.resident_pid)
+        return end_agent_processes(self.ws.run_id, self.ws.root, before=keep)
 
     def _over_budget(self) -> bool:
         """Asked while a command or the DoD runs: True kills it, and `_check_disk` after

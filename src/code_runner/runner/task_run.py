@@ -19,7 +19,7 @@ from typing import Any
 
 import code_runner.runner.leases as run_leases
 import code_runner.runner.skills as run_skills
-from code_runner import __version__, apply, clock, proc, workspace
+from code_runner import __version__, apply, clock, files, proc, workspace
 from code_runner.errors import ApplyRefused, CodeRunnerError, DiskFull, Interrupted
 from code_runner.events import EventKind
 from code_runner.proc import signals_as_interrupt
@@ -120,10 +120,6 @@ class TaskRun:
         )
         self.sandbox.open()
 
-    def _close_sandbox(self) -> None:
-        if self.sandbox is not None:
-            self.sandbox.close()
-
     def _sandbox_posture(self) -> dict[str, Any]:
         """result.json's `sandbox`: bwrap or none, the mode, why, and what it enforced."""
         decision = self.pre.sandbox
@@ -196,25 +192,28 @@ class TaskRun:
             self.applied = apply.ApplyOutcome(refused=True, error=exc.render())
             self.ending = apply_ending(self.applied) or self.ending
             return
-        outcome = self.applied = apply.apply_patch(
-            apply.ApplyRequest(
-                source=self.pre.source,
-                run_id=self.run_id,
-                task_id=spec.task_id,
-                title=spec.title,
-                base=self.pre.base,
-                patch=self.record.paths.patch.read_bytes(),
-                allowlist=spec.allowlist_policy,
-                dod=dod,
-                env=ws.source_env(),
-                record=self.record.paths,
-                commit=spec.commit_on_success,
-                rollback=spec.rollback_on_failure,
-                unchanged_since=before,
-                sandbox=walls,
-            ),
-            self.record,
-        )
+        digest = self.patch_info.get("patch_sha256") if self.patch_info else None
+        chunks = files.read_chunks(self.record.paths.patch)
+        with apply.private_patch(chunks, sha256=digest, name=self.run_id) as patch:
+            outcome = self.applied = apply.apply_patch(
+                apply.ApplyRequest(
+                    source=self.pre.source,
+                    run_id=self.run_id,
+                    task_id=spec.task_id,
+                    title=spec.title,
+                    base=self.pre.base,
+                    patch=patch,
+                    allowlist=spec.allowlist_policy,
+                    dod=dod,
+                    env=ws.source_env(),
+                    record=self.record.paths,
+                    commit=spec.commit_on_success,
+                    rollback=spec.rollback_on_failure,
+                    unchanged_since=before,
+                    sandbox=walls,
+                ),
+                self.record,
+            )
         if outcome.interrupted:
             raise Interrupted(outcome.error or "interrupted during the apply step")
         self.ending = apply_ending(outcome) or self.ending
@@ -311,8 +310,7 @@ class TaskRun:
         return result
 
     def _project_env(self) -> workspace.ProjectEnv:
-        """The project's environment the spec's `env` section asks for; a named interpreter
-        that does not exist ends the run here, before any round."""
+        """The env section's environment; a named interpreter that is missing ends the run."""
         assert self.pre.source.work_tree is not None
         found = workspace.from_section(self.pre.source.work_tree, self.spec.env)
         if found.python is not None and not os.path.exists(found.python):
@@ -338,8 +336,9 @@ class TaskRun:
             output_dir=spec.output_dir,
             project=self._project_env(),
             owner=(self.identity.uid, self.identity.gid) if self.identity else None,
+            cached=not getattr(self.pre.agent, "edits_as_runner", False),
         )
-        record.emit(EventKind.WORKSPACE_CREATED, path=str(self.ws.work_tree))
+        record.emit(EventKind.WORKSPACE_CREATED, **self.ws.created_fields())
         self._write_run_info("running")
         source_before()  # the agent must not act before the source is fingerprinted
         self.ending = self._rounds(self.ws)
@@ -360,7 +359,8 @@ class TaskRun:
             with contextlib.suppress(CodeRunnerError):
                 record.transition(RunState.RELEASING, step="release workspace")
         after_job = pool.submit(snapshot.take, self.pre.source)
-        self._close_sandbox()
+        if self.sandbox is not None:
+            self.sandbox.close()
         released = False
         if self.ws is not None:
             released = self.ws.release()

@@ -2,14 +2,17 @@
 
     decision = decide(spec.sandbox)          # preflight: auto | required | off
     with open_session(ws, ...) as session:    # hands the work tree over, makes cgroups
-        Toolbox(..., wrap_argv=session.wrap)  # every agent command and search
-        verify.run_dod(..., wrap_argv=session.wrap)
+        Toolbox(..., launch=session.run)      # every agent command and search
+        verify.run_dod(..., launch=session.run)
 
-`wrap(argv, workspace=..., network=..., extra_ro_binds=...)` builds one argv directly.
+`Session.run` starts one sandbox for the session on its first command and feeds it every
+command after (`resident`); `Session.wrap` is the argv of a sandbox for one command, and
+`wrap(argv, workspace=..., network=..., extra_ro_binds=...)` builds one outside a session.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,6 +20,8 @@ from code_runner.sandbox.cgroups import CgroupSupport, detect
 from code_runner.sandbox.limits import DEFAULT_LIMITS, ResourceLimits
 from code_runner.sandbox.probe import Decision, Probe, decide, probe, run_probe
 from code_runner.sandbox.profile import Bind, Profile, Programs, SandboxUser
+from code_runner.sandbox.readonly import READ_ONLY_FIX, ReadOnlyView, read_only_argv, read_only_view
+from code_runner.sandbox.resident import RESIDENT_ENV
 from code_runner.sandbox.session import (
     SandboxMode,
     SandboxWorkspace,
@@ -37,11 +42,13 @@ def open_session(
     name: str,
     keep_vars: Sequence[str] = (),
     identity: SandboxUser | None = None,
+    resident: bool = True,
 ) -> Session:
     """A session for a run, using what the (cached) probe found to work here; `keep_vars`
     are variables beyond the allowlist that commands get (the ones a task spec sets);
     `identity`, the uid a root runner's commands run as when it was chosen before (for the
-    workspace's checkout), else a fresh one."""
+    workspace's checkout), else a fresh one. `resident`: `Session.run` feeds commands to
+    one sandbox started for the session, unless `CODE_RUNNER_SANDBOX_RESIDENT=off`."""
     found = probe()
     if not found.ok or found.programs is None:
         raise RuntimeError("open_session needs a passing probe; call decide() first")
@@ -56,6 +63,7 @@ def open_session(
         name=name,
         keep_vars=keep_vars,
         identity=identity,
+        resident=resident and os.environ.get(RESIDENT_ENV, "on") != "off",
     )
 
 
@@ -124,12 +132,15 @@ def wrap(
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "READ_ONLY_FIX",
+    "RESIDENT_ENV",
     "Bind",
     "CgroupSupport",
     "Decision",
     "Probe",
     "Profile",
     "Programs",
+    "ReadOnlyView",
     "ResourceLimits",
     "SandboxMode",
     "SandboxUser",
@@ -143,6 +154,8 @@ __all__ = [
     "open_session",
     "open_source_session",
     "probe",
+    "read_only_argv",
+    "read_only_view",
     "repo_owner",
     "run_probe",
     "source_session",

@@ -131,6 +131,25 @@ class CgroupSet:
             if (here / "memory.memsw.limit_in_bytes").exists():
                 (here / "memory.memsw.limit_in_bytes").write_text(memory)
 
+    def exclude_running(self) -> None:
+        """Raise each limit by what the groups hold now (the resident sandbox's own bwrap
+        stages and executor, before any command), so a command gets exactly its limits."""
+        for placement in self.support.placements if self.dirs else ():
+            here = tracking.nest_parent(placement.parent, self.name, create=False) / self.name
+            with contextlib.suppress(OSError, ValueError):
+                if placement.controller == "pids":
+                    held = int((here / "pids.current").read_text())
+                    (here / "pids.max").write_text(str(self.limits.processes + held))
+                elif placement.version == 2:
+                    held = int((here / "memory.current").read_text())
+                    (here / "memory.max").write_text(str(self.limits.memory_mb * MIB + held))
+                else:
+                    held = int((here / "memory.usage_in_bytes").read_text())
+                    memory = str(self.limits.memory_mb * MIB + held)
+                    if (here / "memory.memsw.limit_in_bytes").exists():
+                        (here / "memory.memsw.limit_in_bytes").write_text(memory)
+                    (here / "memory.limit_in_bytes").write_text(memory)
+
     @property
     def controllers(self) -> tuple[str, ...]:
         return tuple(p.controller for p in self.support.placements)

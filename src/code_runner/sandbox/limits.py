@@ -69,12 +69,15 @@ def rlimit_argv(
     prlimit: str,
     limits: ResourceLimits,
     *,
+    own_processes: int = 0,
     cpu_s: int,
     processes: bool,
     address_space: bool,
 ) -> list[str]:
     """`prlimit ... --`: sets soft and hard limits, then execs the command.
 
+    `own_processes`: the sandbox's own processes that run as the commands' uid (a resident
+    executor), added to the process count so that a command gets all of its own.
     Each value is capped at the runner's own hard limit: inside the sandbox nothing may
     raise one, so a larger value would make every command fail instead of being bounded.
     """
@@ -85,7 +88,8 @@ def rlimit_argv(
         "--core=0",
     ]
     if processes:
-        argv.append(f"--nproc={_capped(resource.RLIMIT_NPROC, limits.processes)}")
+        nproc = limits.processes + own_processes
+        argv.append(f"--nproc={_capped(resource.RLIMIT_NPROC, nproc)}")
     if address_space:
         argv.append(f"--as={_capped(resource.RLIMIT_AS, limits.memory_mb * MIB)}")
     return [*argv, "--"]

@@ -109,12 +109,16 @@ class Profile:
     process_rlimit: bool = True
     memory_rlimit: bool = True
     private_tmp: str = SANDBOX_HOME
+    tree_source: Path | None = None  # the work tree is bound from here (an id-mapped view)
+    seccomp: Path | None = None  # a filter file (`setid`), opened as fd 3 for bubblewrap
+    own_processes: int = 0  # the sandbox's own processes as its uid (a resident executor)
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """The argv that runs `argv` inside this profile."""
         limits = rlimit_argv(
             self.programs.prlimit,
             self.limits,
+            own_processes=self.own_processes,
             cpu_s=self.cpu_s,
             processes=self.process_rlimit,
             address_space=self.memory_rlimit,
@@ -152,6 +156,8 @@ class Profile:
                 *(["--share-net"] if self.network else []),
                 *_user_namespace(),
             ]
+        if self.seccomp is not None:
+            outer = [*_OPEN_FD3, str(self.seccomp), *outer, "--seccomp", "3"]
         return [
             *self.cgroup_join,
             *outer,
@@ -200,14 +206,24 @@ class Profile:
             args += _parents(bind.dest, tmpfs, made)
             args += ["--ro-bind", str(bind.source), str(bind.dest)]
         args += _parents(self.work_tree, tmpfs, made)
-        args += ["--bind", str(self.work_tree), str(self.work_tree)]
+        args += ["--bind", self._seen(self.work_tree), str(self.work_tree)]
         pointer = self.work_tree / ".git"
-        args += ["--ro-bind", str(pointer), str(pointer)]
+        args += ["--ro-bind", self._seen(pointer), str(pointer)]
         args += _parents(self.git_dir, tmpfs, made)
-        args += ["--ro-bind", str(self.git_dir), str(self.git_dir)]
+        args += ["--ro-bind", self._seen(self.git_dir), str(self.git_dir)]
         for bind in inside_wt:
-            args += ["--ro-bind", str(bind.source), str(bind.dest)]
+            args += ["--ro-bind", self._seen(bind.source), str(bind.dest)]
         return args
+
+    def _seen(self, path: Path) -> str:
+        """Where to bind `path` from: through the id-mapped view when it lies in the tree."""
+        if self.tree_source is None or not _under(path, self.work_tree):
+            return str(path)
+        return str(self.tree_source / path.relative_to(self.work_tree))
+
+
+# a shell that opens the filter file (its first argument) as fd 3, then runs bubblewrap
+_OPEN_FD3 = ("/bin/sh", "-c", 'exec 3<"$0" && exec "$@"')
 
 
 def _user_namespace() -> list[str]:

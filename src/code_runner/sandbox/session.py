@@ -10,6 +10,7 @@ uid, makes the cgroups, and wraps each command's argv (`Session.wrap` is the Too
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import stat
@@ -19,7 +20,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+import code_runner.sandbox.idmap as idmap
 import code_runner.sandbox.mounts as mounts
+import code_runner.sandbox.setid as setid
+from code_runner import proc
 from code_runner.sandbox.cgroups import CgroupSet, CgroupSupport
 from code_runner.sandbox.limits import ResourceLimits
 from code_runner.sandbox.profile import (
@@ -30,6 +34,7 @@ from code_runner.sandbox.profile import (
     SandboxUser,
     sandbox_env,
 )
+from code_runner.sandbox.resident import Resident, ResidentError, run_command
 
 # Host uids for sandboxed commands: far above any account or subuid range in common use,
 # one per session, so RLIMIT_NPROC counts exactly one run's processes.
@@ -108,6 +113,24 @@ def _hand_over_dir(
     return changed
 
 
+def _mount_key(profile: Profile) -> tuple[object, ...]:
+    """What the resident sandbox's mounts were made from: the binds and the host inodes of
+    the work tree, its `.git` pointer, the git dir and each mount point in the tree. When
+    any differs (the audit removed a mount point bwrap made), the mounts inside are stale."""
+    wt = profile.work_tree
+    points = [b.dest for b in profile.read_only if wt in b.dest.parents]
+    paths = (wt, wt / ".git", profile.git_dir, *points)
+    return (profile.read_only, *(_inode(p) for p in paths))
+
+
+def _inode(path: Path) -> tuple[int, int]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return (-1, -1)
+    return (st.st_dev, st.st_ino)
+
+
 def _regular(path: Path) -> bool:
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -133,6 +156,7 @@ class Session:
         frozen: Sequence[Path] = (),
         keep_vars: Sequence[str] = (),
         identity: SandboxUser | None = None,
+        resident: bool = False,
     ) -> None:
         self.workspace = workspace
         self.programs = programs
@@ -140,8 +164,14 @@ class Session:
         self.limits = limits
         self.cpu_s = cpu_s
         # `owner`: a tree that must keep its ownership (the user's repo) is never handed
-        # over; a root runner's commands run as the tree's owner instead of a fresh uid.
+        # over. A root runner's commands run as a fresh uid that sees the tree through an
+        # id-mapped view (`open`); where none can be made, as the tree's owner.
         self.keeps_owner = owner is not None
+        self._owner = owner
+        self._view: idmap.IdMapped | None = None
+        self.view_error: str | None = None
+        # no DoD in the user's repo may make a set-ID file (None: no filter for this machine)
+        self._seccomp = setid.filter_file() if owner is not None else None
         self._frozen = tuple(frozen)  # files in the tree bound read-only onto themselves
         if os.geteuid() != 0:
             self.identity: SandboxUser | None = None
@@ -162,6 +192,13 @@ class Session:
             ),
         ]  # decided here, once, before the first command: never from the agent's tree
         self._read_only = tuple(b for b in wanted if mounts.exposes(b.source, hidden) is None)
+        # `resident`: commands go to one sandbox started for the session (`run`)
+        self._resident: Resident | None = None
+        self._resident_key: tuple[object, ...] = ()
+        self.resident_off: str | None = None if resident else "not asked for"
+        self.resident_starts = 0
+        self.resident_restarts: list[str] = []  # why each sandbox after the first was started
+        self._restart_why = ""
 
     def __enter__(self) -> Session:
         self.open()
@@ -176,8 +213,10 @@ class Session:
         self.close()
 
     def open(self) -> None:
-        """Hand the work tree to the sandbox's uid and make the cgroups."""
+        """Hand the work tree to the sandbox's uid (or, for a tree that keeps its owner, show
+        it to a fresh uid through an id-mapped view) and make the cgroups."""
         self.hand_over()
+        self._open_view()
         if self._cgroups is not None:
             try:
                 self._cgroups.create()
@@ -186,8 +225,29 @@ class Session:
                 self._cgroups = None
 
     def close(self) -> None:
+        if self._resident is not None:
+            self._resident.close()
+            self._resident = None
         if self._cgroups is not None:
             self._cgroups.remove()
+        if self._view is not None:
+            self._view.close()
+            self._view = None
+
+    def _open_view(self) -> None:
+        """A root runner's view of a tree that keeps its owner, as a fresh uid's; without
+        one (the errno is kept in `view_error`), commands run as the owner, as before."""
+        owner = self._owner
+        if owner is None or self.identity is None or self._view is not None:
+            return
+        shown_as = new_identity()
+        try:
+            self._view = idmap.mount(self.workspace.work_tree, owner, shown_as)
+        except OSError as exc:
+            code = f"errno {exc.errno}: " if exc.errno else ""
+            self.view_error = f"no id-mapped mount ({code}{exc.strerror or exc})"
+            return
+        self.identity = shown_as
 
     def hand_over(self) -> int:
         """Re-own what the runner wrote into the work tree since the last command.
@@ -231,13 +291,121 @@ class Session:
             network=self.network,
             identity=self.identity,
             cgroup_join=tuple(self._cgroups.join_argv()) if self._cgroups else (),
-            process_rlimit=self.identity is not None and not self.keeps_owner,
+            process_rlimit=self.identity is not None and self._owns_nothing(),
             memory_rlimit="memory" not in controllers,
+            tree_source=self._view.path if self._view is not None else None,
+            seccomp=self._seccomp,
         )
+
+    def _owns_nothing(self) -> bool:
+        """Whether the commands' host uid is one of the session's own (RLIMIT_NPROC then
+        counts exactly its processes), not the owner of a tree that keeps its owner."""
+        return not self.keeps_owner or self._view is not None
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """The `wrap_argv` hook: `argv` as it runs inside this sandbox."""
         return self.profile().wrap(argv)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str],
+        timeout_s: float,
+        stdout_path: Path | None = None,
+        stderr_path: Path | None = None,
+        max_output_bytes: int = proc.DEFAULT_MAX_OUTPUT_BYTES,
+        head_bytes: int = proc.DEFAULT_HEAD_BYTES,
+        tail_bytes: int = proc.DEFAULT_TAIL_BYTES,
+        grace_s: float = proc.DEFAULT_GRACE_S,
+        stop_when: proc.StopCheck | None = None,
+    ) -> proc.ProcResult:
+        """`proc.run` of `argv` inside this sandbox: in the session's resident sandbox when
+        it has one (started on the first command, again after one ends), else in a sandbox
+        of its own, as `wrap` builds it."""
+        profile = self.profile()
+        resident = self._resident_for(profile, env)
+        if resident is None:
+            return proc.run(
+                profile.wrap(argv),
+                cwd=cwd,
+                env=env,
+                timeout_s=timeout_s,
+                stdout_path=stdout_path,
+                stderr_path=stderr_path,
+                max_output_bytes=max_output_bytes,
+                head_bytes=head_bytes,
+                tail_bytes=tail_bytes,
+                grace_s=grace_s,
+                stop_when=stop_when,
+            )
+        result, broken = run_command(
+            resident,
+            argv,
+            cwd=Path(cwd),
+            timeout_s=timeout_s,
+            stdout_path=stdout_path,
+            stderr_path=stderr_path,
+            max_output_bytes=max_output_bytes,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            grace_s=grace_s,
+            stop_when=stop_when,
+        )
+        if broken is not None:
+            self._resident = None
+            self._restart_why = broken
+        return result
+
+    def _resident_for(self, profile: Profile, env: Mapping[str, str]) -> Resident | None:
+        """The running resident sandbox, started (again) when there is none or its mounts
+        would differ from the next command's; None where it cannot work (recorded)."""
+        if self.resident_off is not None:
+            return None
+        key = _mount_key(profile)
+        current = self._resident
+        if current is not None and current.alive() and key == self._resident_key:
+            return current
+        if current is not None:
+            self._restart_why = "its mounts changed" if current.alive() else "it had ended"
+            current.close()
+            self._resident = None
+        try:
+            self._resident = Resident.start(
+                dataclasses.replace(profile, own_processes=1).wrap,  # the executor
+                cwd=self.workspace.work_tree,
+                env=dict(env),
+                wipe=[*map(str, profile.masked_dirs), "/dev/shm"],  # noqa: S108 - inside the sandbox
+            )
+        except ResidentError as exc:
+            self.resident_off = str(exc)
+            return None
+        if self._cgroups is not None:
+            self._cgroups.exclude_running()
+        if self.resident_starts:
+            self.resident_restarts.append(self._restart_why)
+        self.resident_starts += 1
+        self._resident_key = _mount_key(profile)  # with the mount points bwrap made
+        return self._resident
+
+    @property
+    def resident_pid(self) -> int | None:
+        """The host pid of the running resident sandbox (its outer bwrap), if one runs."""
+        current = self._resident
+        return current.process.pid if current is not None and current.alive() else None
+
+    def executor_posture(self) -> dict[str, Any]:
+        """How commands reached the sandbox: one resident sandbox per session (how often it
+        was started, and why again), or a sandbox per command (and why)."""
+        if self.resident_off is not None and not self.resident_starts:
+            return {"mode": "per-command", "why": self.resident_off}
+        return {
+            "mode": "resident",
+            "started": self.resident_starts,
+            "restarts": list(self.resident_restarts),
+            "fell_back": self.resident_off,
+        }
 
     def posture(self) -> dict[str, Any]:
         """What the sandbox enforces, for result.json."""
@@ -246,7 +414,7 @@ class Session:
         unenforced: list[str] = []
         if "pids" in controllers:
             processes = f"{limits.processes} (cgroup pids.max)"
-        elif self.identity is not None and not self.keeps_owner:
+        elif self.identity is not None and self._owns_nothing():
             processes = f"{limits.processes} (RLIMIT_NPROC of the run's own uid)"
         else:
             processes = "not limited (no writable cgroup; commands share the runner's uid)"
@@ -270,4 +438,18 @@ class Session:
             },
             "unenforced": unenforced,
             "cgroup_error": self.cgroup_error,
+            **({"tree": self.tree_posture()} if self.keeps_owner else {}),
+            "executor": self.executor_posture(),
         }
+
+    def tree_posture(self) -> dict[str, Any]:
+        """For a tree that keeps its owner: which host uid the commands run as, and how."""
+        if self._view is not None:
+            how = "an id-mapped view: the owner's files are this uid's, its files the owner's"
+        elif self.identity is not None:
+            how = f"the tree's owner, every capability dropped; {self.view_error or 'no view'}"
+        else:
+            how = "the runner's own uid (it owns what it may write)"
+        host = self.identity.uid if self.identity is not None else os.geteuid()
+        set_id = "refused (seccomp)" if self._seccomp else "not refused: no filter here"
+        return {"host_uid": host, "how": how, "set_id_files": set_id}

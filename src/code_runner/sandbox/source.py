@@ -2,12 +2,13 @@
 
 The repo is bound read-write at its own path and its git dir read-only; nothing in it changes
 owner. A runner that is not root runs the DoD as itself (it owns what it may write). A root
-runner cannot hand the user's files to a fresh uid, so the command runs as the uid and gid
-that own the repo's work tree, inside the same namespaces (network off, PID namespace, HOME
-and TMPDIR a private tmpfs, secrets masked, every capability dropped, the limits): files it
-writes belong to the repo's owner, as they would had the owner run the tests. Tracked files
-the patch does not touch can be bound read-only onto themselves: the DoD may add byproducts,
-never rewrite the user's other files.
+runner runs it as a fresh uid of its own, which sees the repo through an id-mapped view
+(`idmap`): the owner's files are that uid's, and what it creates is the owner's on disk, as
+it would be had the owner run the tests; every root-only file elsewhere stays out of its
+reach. Where no view can be made (the errno is in the posture), the DoD runs as the owner
+inside the same namespaces, every capability dropped. Either way no DoD may make a set-ID
+file (`setid`). Tracked files the patch does not touch can be bound read-only onto
+themselves: the DoD may add byproducts, never rewrite the user's other files.
 """
 
 from __future__ import annotations

@@ -234,7 +234,8 @@ def changed_files(skills: Sequence[Skill], skills_dir: Path) -> list[str]:
                     path = Path(top) / name
                     rel = path.relative_to(target).as_posix()
                     try:
-                        present[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+                        with path.open("rb") as f:  # in pieces: the agent may grow it
+                            present[rel] = hashlib.file_digest(f, "sha256").hexdigest()
                     except OSError:
                         present[rel] = ""
         for rel in sorted(set(expected) | set(present)):

@@ -2,7 +2,8 @@
 
 `command_argv` and `search_argv` are the only places an agent's argv is built, and
 `CommandTools._spawn` the only place one is started; the OS sandbox wraps the argv there
-(`wrap_argv`), so adding it changes one seam, not every tool. Without a wrapper, the
+(`wrap_argv`), or runs it in the session's resident sandbox (`launch`), so adding it
+changes one seam, not every tool. Without a wrapper, the
 command policy (`command_policy.check_command`) refuses the destructive patterns instead.
 """
 
@@ -82,6 +83,7 @@ class CommandTools:
         wrap_argv: ArgvWrapper | None = None,
         deadline: float | None = None,
         stop_when: proc.StopCheck | None = None,
+        launch: proc.Launcher | None = None,
     ) -> None:
         self._workspace_dir = workspace_dir
         self._stop_when = stop_when  # asked while a command runs: True ends it (disk budget)
@@ -90,6 +92,7 @@ class CommandTools:
         self._env = scrub_env(env)
         self._limits = limits
         self._wrap_argv = wrap_argv
+        self._launch = launch  # runs the argv inside the sandbox itself (`Session.run`)
 
     def run_command(
         self,
@@ -111,7 +114,7 @@ class CommandTools:
         # The policy is the fallback for when no OS sandbox wraps the command; inside the
         # sandbox the command runs and the read-only mounts make such attempts fail.
         block = None
-        if self._wrap_argv is None:
+        if self._wrap_argv is None and self._launch is None:
             block = check_command(
                 command, source_dir=self._source_dir, workspace_dir=self._workspace_dir
             )
@@ -246,8 +249,12 @@ class CommandTools:
         with fsops.workspace_root(self._workspace_dir):
             pass  # refuses a workspace that was replaced by a symlink
         proc.become_subreaper()  # `setsid` escapees are re-parented to us, found and killed
-        final = self._wrap_argv(argv) if self._wrap_argv else list(argv)
-        return proc.run(
+        if self._launch is not None:
+            launch, final = self._launch, list(argv)
+        else:
+            launch = proc.run
+            final = self._wrap_argv(argv) if self._wrap_argv else list(argv)
+        return launch(
             final,
             cwd=self._workspace_dir,
             env=self._env,

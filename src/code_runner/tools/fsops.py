@@ -124,6 +124,16 @@ def _split(rel_path: str) -> tuple[list[str], str]:
     return parts[:-1], parts[-1]
 
 
+def _check_regular(st: os.stat_result, rel_path: str) -> None:
+    """FsError unless `st` (an lstat) is a regular file: a symlink, directory or other."""
+    if stat.S_ISLNK(st.st_mode):
+        raise FsError(ToolErrorCode.PERMISSION, f"{rel_path} is a symlink; {SYMLINK_MESSAGE}")
+    if stat.S_ISDIR(st.st_mode):
+        raise FsError(ToolErrorCode.NOT_A_FILE, f"{rel_path} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise FsError(ToolErrorCode.NOT_A_FILE, f"{rel_path} is not a regular file")
+
+
 def read_regular(root_fd: int, rel_path: str, *, max_bytes: int) -> bytes:
     """The bytes of the regular file `rel_path`; TOO_LARGE beyond `max_bytes`."""
     dirs, name = _split(rel_path)
@@ -132,14 +142,7 @@ def read_regular(root_fd: int, rel_path: str, *, max_bytes: int) -> bytes:
         try:
             # lstat first so that a FIFO or device is never even opened.
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                raise FsError(
-                    ToolErrorCode.PERMISSION, f"{rel_path} is a symlink; {SYMLINK_MESSAGE}"
-                )
-            if stat.S_ISDIR(st.st_mode):
-                raise FsError(ToolErrorCode.NOT_A_FILE, f"{rel_path} is a directory, not a file")
-            if not stat.S_ISREG(st.st_mode):
-                raise FsError(ToolErrorCode.NOT_A_FILE, f"{rel_path} is not a regular file")
+            _check_regular(st, rel_path)
             fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
             raise _classify(dir_fd, name, rel_path, exc) from exc
@@ -191,14 +194,7 @@ def write_regular(root_fd: int, rel_path: str, data: bytes) -> WriteOutcome:
         except OSError as exc:
             raise _classify(dir_fd, name, rel_path, exc) from exc
         else:
-            if stat.S_ISLNK(st.st_mode):
-                raise FsError(
-                    ToolErrorCode.PERMISSION, f"{rel_path} is a symlink; {SYMLINK_MESSAGE}"
-                )
-            if stat.S_ISDIR(st.st_mode):
-                raise FsError(ToolErrorCode.NOT_A_FILE, f"{rel_path} is a directory, not a file")
-            if not stat.S_ISREG(st.st_mode):
-                raise FsError(ToolErrorCode.NOT_A_FILE, f"{rel_path} is not a regular file")
+            _check_regular(st, rel_path)
             mode = stat.S_IMODE(st.st_mode)
             owner = st
             created = False

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from code_runner import proc
 from code_runner.events import EventKind, EventSink
 from code_runner.task.paths import Allowlist
 from code_runner.tools.base import ToolErrorCode, ToolResult, ToolSpec
@@ -42,6 +43,7 @@ class Toolbox:
         events: EventSink,
         limits: ToolLimits = DEFAULT_LIMITS,
         wrap_argv: ArgvWrapper | None = None,
+        launch: proc.Launcher | None = None,
         deadline: float | None = None,
         after_call: Callable[[], None] | None = None,
         during_call: Callable[[], bool] | None = None,
@@ -61,6 +63,7 @@ class Toolbox:
             env=env,
             limits=limits,
             wrap_argv=wrap_argv,
+            launch=launch,
             deadline=deadline,
             stop_when=during_call,
         )

@@ -39,12 +39,15 @@ def run_dod(
     label: str = "",
     wrap_argv: Callable[[Sequence[str]], list[str]] | None = None,
     stop_when: proc.StopCheck | None = None,
+    launch: proc.Launcher | None = None,
 ) -> Verdict:
     """Run the DoD command in `cwd` and judge it; append a readable section to `log_path`.
 
     `wrap_argv` is the OS sandbox's wrapper (the same one the agent's commands get): the
     DoD runs under the same walls, so it cannot be used to reach what the agent cannot.
     `stop_when` is asked while it runs (the run's disk budget): True kills it.
+    `launch` runs the (unwrapped) argv inside the sandbox itself instead (`Session.run`,
+    the session's resident sandbox).
 
     The command's full output (up to `MATCH_HEAD_BYTES + MATCH_TAIL_BYTES` per stream) is
     matched, not just the tails a `ProcResult` carries, so a marker in the middle of a long
@@ -55,13 +58,14 @@ def run_dod(
         out_path = Path(scratch) / "stdout"
         err_path = Path(scratch) / "stderr"
         started_at = datetime.now(UTC)
-        wrap = wrap_argv if wrap_argv is not None else list
+        wrap = wrap_argv if wrap_argv is not None and launch is None else list
+        run = launch or proc.run
         if dod.argv is not None:
             result = _run_in_order(
-                dod.argv, dod.timeout_s, cwd, env, wrap, out_path, err_path, stop_when
+                dod.argv, dod.timeout_s, cwd, env, wrap, out_path, err_path, stop_when, run
             )
         else:
-            result = proc.run(
+            result = run(
                 wrap(proc.shell_argv(dod.command)),
                 cwd=cwd,
                 env=env,
@@ -87,6 +91,7 @@ def _run_in_order(
     out_path: Path,
     err_path: Path,
     stop_when: proc.StopCheck | None = None,
+    run: proc.Launcher = proc.run,
 ) -> proc.ProcResult:
     """Each argv in turn (no shell), sharing one deadline, until one fails. The result is the
     last one run, with the duration and output of all of them."""
@@ -100,7 +105,7 @@ def _run_in_order(
             out_path.with_name(f"out.{number}"),
             err_path.with_name(f"err.{number}"),
         )
-        last = proc.run(
+        last = run(
             wrap(list(argv)),
             cwd=cwd,
             env=env,

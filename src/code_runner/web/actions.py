@@ -23,6 +23,8 @@ from pathlib import Path
 import psutil
 
 from code_runner import proc
+from code_runner.errors import CodeRunnerError
+from code_runner.monitor.answers import request_answer, wait_for_outcome, who
 from code_runner.record import RecordPaths
 from code_runner.web.catalog import read_json
 from code_runner.web.text import clean
@@ -48,7 +50,18 @@ _VERDICTS = {  # (action, exit code) -> what the page says first
     ("commit", 1): "not applied: the DoD failed in the source",
     ("reject", 0): "rejected",
     ("stop", 0): "stopped",
+    ("answer", 0): "answered: the monitor acted on it",
+    ("answer", 124): "sent, but the monitor has not acted yet",
+    ("answer again", 0): "already answered: nothing changed",
+    ("continue", 0): "approved: the paused commit is adopted; resume to go on",
+    ("redo", 0): "approved: the item will run again; resume to go on",
+    ("changes", 0): "approved: the protected change is accepted; resume to go on",
+    ("amend", 0): "amended: a new revision of the plan",
+    ("cancel", 0): "cancelled",
+    ("resume", 0): "resumed",
+    ("export", 0): "exported",
 }
+ANSWER_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -69,12 +82,12 @@ class ActionOutput:
         return _VERDICTS.get((self.action, self.exit_code), default)
 
 
-def _lock(key: str) -> threading.Lock:
+def lock(key: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
 
 
-def _env() -> dict[str, str]:
+def environment() -> dict[str, str]:
     env = dict(os.environ)
     env.update(NO_COLOR="1", TERM="dumb", COLUMNS="100")
     env.pop("FORCE_COLOR", None)
@@ -86,8 +99,8 @@ def task_action(name: str, paths: RecordPaths) -> ActionOutput:
     words = TASK_ACTIONS[name]
     target = paths.result if words[0] != "stop" else paths.status  # this task, not a neighbour
     argv = [sys.executable, "-m", "code_runner", words[0], str(target), *words[1:]]
-    with _lock(str(paths.file(""))):
-        done = proc.capture(argv, cwd=None, env=_env(), timeout_s=ACTION_TIMEOUT_S)
+    with lock(str(paths.file(""))):
+        done = proc.capture(argv, cwd=None, env=environment(), timeout_s=ACTION_TIMEOUT_S)
     text = (done.stdout + done.stderr).decode("utf-8", errors="replace")
     shown = " ".join(["code-runner", words[0], *words[1:], paths.output_dir.name])
     return ActionOutput(shown, done.exit_code, clean(text), name)
@@ -123,4 +136,31 @@ def stop_exec(run_dir: Path) -> ActionOutput:
     return ActionOutput(shown, 0, f"stop requested (SIGTERM to the monitor, pid {pid})")
 
 
-__all__ = ["TASK_ACTIONS", "ActionOutput", "stop_exec", "task_action"]
+def answer_exec(run_dir: Path, option: str, alert: str, settings: str, by: str) -> ActionOutput:
+    """An alert's answer, through the run dir as `code-runner answer` sends it."""
+    shown = f"answer {run_dir.name} {option}" + (f" --alert {alert}" if alert else "")
+    try:
+        ticket = request_answer(
+            run_dir, option, via="web", settings=settings, alert=alert or None, by=by
+        )
+    except CodeRunnerError as exc:
+        fix = f"\n{exc.fix}" if exc.fix else ""
+        return ActionOutput(clean(shown), exc.exit_code, clean(exc.message + fix), "answer")
+    first = "" if ticket.fresh else f"{ticket.name} was already answered; nothing changed.\n"
+    ticket = wait_for_outcome(run_dir, ticket, ANSWER_WAIT_S)
+    said = "\n".join(str(line) for line in (ticket.outcome or {}).get("said") or [])
+    code = 0 if ticket.done else 124
+    name = "answer" if ticket.fresh else "answer again"
+    return ActionOutput(clean(shown), code, clean(first + said), name)
+
+
+__all__ = [
+    "TASK_ACTIONS",
+    "ActionOutput",
+    "answer_exec",
+    "environment",
+    "lock",
+    "stop_exec",
+    "task_action",
+    "who",
+]

@@ -8,11 +8,15 @@ under a configured root is a 404 that says no more than that. Reading is done by
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -20,12 +24,20 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import code_runner.web.actions as actions
+import code_runner.web.batch_view as batch_view
 import code_runner.web.exec_view as exec_view
+import code_runner.web.plan_actions as plan_actions
 import code_runner.web.plan_view as plan_view
 import code_runner.web.stream as stream
 import code_runner.web.task_view as task_view
@@ -235,23 +247,87 @@ class Dashboard:
         done = await asyncio.to_thread(actions.stop_exec, self._run_dir(request))
         return self.page("action_output.html", done=done)
 
-    async def compare(self, request: Request) -> Response:
-        run_dirs: list[Path] = []
-        for raw in request.query_params.getlist("run")[:MAX_COMPARE]:
+    async def exec_answer(self, request: Request) -> Response:
+        run_dir = self._run_dir(request)
+        form = await request.form()
+        option, alert, settings = (str(form.get(k) or "")[:200] for k in ("option", "alert", "set"))
+        client = request.client.host if request.client else "?"
+        by = f"{actions.who()} from {client}"
+        done = await asyncio.to_thread(actions.answer_exec, run_dir, option, alert, settings, by)
+        return self.page("action_output.html", done=done)
+
+    async def exec_pending(self, request: Request) -> Response:
+        view = await asyncio.to_thread(exec_view.load_exec, self._run_dir(request))
+        return self.page("exec_pending.html", run=view, key=request.path_params)
+
+    def _keys(self, request: Request, name: str) -> list[tuple[int, str]]:
+        found = []
+        for raw in request.query_params.getlist(name)[:MAX_COMPARE]:
             number, _, rel = raw.partition("/")
             try:
-                run_dirs.append(exec_view.locate_exec(self.roots, int(number), rel))
-            except (OutsideRoots, ValueError):
+                found.append((int(number), rel))
+            except ValueError:
                 raise HTTPException(404, "no such run under the configured roots") from None
+        return found
+
+    async def compare(self, request: Request) -> Response:
+        try:
+            run_dirs = [
+                exec_view.locate_exec(self.roots, n, r) for n, r in self._keys(request, "run")
+            ]
+            batch_dirs = [
+                batch_view.locate_batch(self.roots, n, r) for n, r in self._keys(request, "batch")
+            ]
+        except OutsideRoots:
+            raise HTTPException(404, "no such run under the configured roots") from None
+        batches = [
+            await asyncio.to_thread(batch_view.load_batch, self.roots, d) for d in batch_dirs
+        ]
+        for batch in batches:  # each batch's exec items, overlaid with the chosen runs
+            for item in batch.items:
+                if item.exec_key is not None and len(run_dirs) < MAX_COMPARE * 4:
+                    with contextlib.suppress(OutsideRoots):
+                        key = item.exec_key
+                        run_dirs.append(exec_view.locate_exec(self.roots, key.root, key.rel))
+        run_dirs = list(dict.fromkeys(run_dirs))
         columns, rows = await asyncio.to_thread(exec_view.compare_rows, run_dirs)
+        labels = [self._label(run_dir) for run_dir in run_dirs]
+        if len(rows) == len(labels):
+            rows = [{**row, "run": label} for row, label in zip(rows, labels, strict=True)]
         series = {}
-        for run_dir in run_dirs:
-            series[run_dir.name] = await asyncio.to_thread(exec_view.metric_points, run_dir)
-        execs = [e for e in self.catalog.entries() if e.kind is Kind.EXEC]
+        for run_dir, label in zip(run_dirs, labels, strict=True):
+            series[label] = await asyncio.to_thread(exec_view.metric_points, run_dir)
+        entries = self.catalog.entries()
+        execs = [e for e in entries if e.kind is Kind.EXEC]
+        all_batches = [e for e in entries if e.kind is Kind.BATCH]
         chosen = {f"{k.root}/{k.rel}" for k in (self.roots.key_of(d) for d in run_dirs) if k}
+        chosen |= {f"{b.key.root}/{b.key.rel}" for b in batches}
         return self.page(
-            "compare.html", columns=columns, rows=rows, series=series, execs=execs, chosen=chosen
+            "compare.html",
+            columns=columns,
+            rows=rows,
+            series=series,
+            execs=execs,
+            chosen=chosen,
+            batches=batches,
+            all_batches=all_batches,
         )
+
+    def _label(self, run_dir: Path) -> str:
+        """A chart label: the run's name, or `batch/item` for a batch item's run."""
+        if run_dir.name == "run" and run_dir.parent.parent.parent.name == "items":
+            return f"{run_dir.parents[3].name}/{run_dir.parents[1].name}"
+        return run_dir.name
+
+    async def batch(self, request: Request) -> Response:
+        try:
+            batch_view.locate_batch(
+                self.roots, request.path_params["root"], request.path_params["rel"]
+            )
+        except OutsideRoots:
+            raise HTTPException(404, "no such run under the configured roots") from None
+        key = f"{request.path_params['root']}/{request.path_params['rel']}"
+        return RedirectResponse(f"/compare?batch={quote(key)}", status_code=303)
 
     # --- a plan -----------------------------------------------------------------------------
 
@@ -265,7 +341,38 @@ class Dashboard:
 
     async def plan(self, request: Request) -> Response:
         view = await asyncio.to_thread(plan_view.load_plan, self.roots, self._plan_dir(request))
-        return self.page("plan.html", run=view, key=request.path_params)
+        ids = {name: str(uuid.uuid4()) for name in plan_actions.PLAN_ACTIONS}
+        return self.page("plan.html", run=view, key=request.path_params, action_ids=ids)
+
+    async def plan_action(self, request: Request) -> Response:
+        record_dir = self._plan_dir(request)
+        name = request.path_params["action"]
+        if name not in plan_actions.PLAN_ACTIONS:
+            raise HTTPException(404, "no such action")
+        data, filename = b"", "plan.json"
+        async with request.form(max_files=1, max_fields=10) as form:
+            action_id = str(form.get("action_id") or "")[:40]
+            branch = str(form.get("branch") or "")[:200]
+            upload = form.get("plan_file")
+            if name == "amend" and (upload is None or isinstance(upload, str)):
+                raise HTTPException(400, "choose a plan file to amend with")
+            if upload is not None and not isinstance(upload, str):
+                data = await upload.read(plan_actions.MAX_PLAN_FILE_BYTES + 1)
+                filename = upload.filename or filename
+        call: Callable[[], actions.ActionOutput]
+        if name == "amend":
+            call = partial(plan_actions.amend, record_dir, filename, data, action_id)
+        elif name == "resume":
+            call = partial(plan_actions.resume, record_dir)
+        elif name == "export":
+            call = partial(plan_actions.export_branch, record_dir, branch)
+        else:
+            call = partial(plan_actions.gate_action, record_dir, name, action_id)
+        done = await asyncio.to_thread(call)
+        headers = {"HX-Refresh": "true"} if name == "resume" and done.ok else {}
+        response = self.page("action_output.html", done=done)
+        response.headers.update(headers)
+        return response
 
     async def plan_stream(self, request: Request) -> Response:
         record_dir = self._plan_dir(request)
@@ -323,9 +430,13 @@ def create_app(roots: list[Path], *, guard: Guard) -> Starlette:
         Route(f"/data/exec/{run}", d.exec_data),
         Route(f"/stream/exec/{run}", d.exec_stream),
         Route(f"/act/exec/stop/{run}", d.exec_stop, methods=["POST"]),
+        Route(f"/act/exec/answer/{run}", d.exec_answer, methods=["POST"]),
+        Route(f"/part/exec/pending/{run}", d.exec_pending),
         Route(f"/plan/{run}", d.plan),
         Route(f"/stream/plan/{run}", d.plan_stream),
+        Route("/act/plan/{action}/" + run, d.plan_action, methods=["POST"]),
         Route("/compare", d.compare),
+        Route(f"/batch/{run}", d.batch),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Starlette(

@@ -1,9 +1,11 @@
-"""Every run under the roots, one `RunEntry` each: task runs, exec runs and plans.
+"""Every run under the roots, one `RunEntry` each: task runs, exec runs, plans and batches.
 
 A task run is found by its `TASK.status.json` and read through `record` (`load_result` once
 it has a result); an exec run is a directory holding the monitor's `status.json` and
-`spec.json`, read through `monitor`; a plan is a `plan.status.json`. What was read is cached
-by file size and mtime, so a page over a thousand runs reads only what changed.
+`spec.json`, read through `monitor`; a plan is a `plan.status.json`; a batch is a
+directory holding `batch.json` and `results.jsonl` (its items' runs are listed too). What
+was read is cached by file size and mtime, so a page over a thousand runs reads only what
+changed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Kind(StrEnum):
     TASK = "task"
     EXEC = "exec"
     PLAN = "plan"
+    BATCH = "batch"
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,42 @@ def _plan_entry(key: RunKey, path: Path) -> RunEntry:
     )
 
 
+def _batch_entry(key: RunKey, path: Path) -> RunEntry:
+    """A batch: its items' statuses counted from `results.jsonl` (the last line of each)."""
+    statuses: dict[str, str] = {}
+    try:
+        with open_file(path) as handle:
+            for line in handle.read(MAX_JSON_BYTES).splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and "item_id" in record:
+                    statuses[str(record["item_id"])] = str(record.get("status"))
+    except OSError:
+        pass
+    counts: dict[str, int] = {}
+    for status in statuses.values():
+        counts[status] = counts.get(status, 0) + 1
+    overall = "passed" if set(counts) == {"passed"} else ("failed" if counts else "running")
+    try:
+        stamp = datetime.fromtimestamp((path.parent / "batch.json").stat().st_mtime, UTC)
+    except OSError:
+        stamp = datetime.fromtimestamp(0, UTC)
+    return RunEntry(
+        Kind.BATCH,
+        key,
+        clean(path.parent.name),
+        overall,
+        False,
+        clean(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no item finished"),
+        stamp.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        None,
+        "",
+        0,
+    )
+
+
 @dataclass(frozen=True)
 class _Folder:
     """What a folder holds that the catalog needs: run markers and the folders to descend."""
@@ -224,6 +263,8 @@ class Catalog:
             entry = _task_entry(key, RecordPaths(path.parent, task_id))
         elif kind is Kind.EXEC:
             entry = _exec_entry(RunKey(number, rel), path.parent)
+        elif kind is Kind.BATCH:
+            entry = _batch_entry(RunKey(number, rel), path)
         else:
             entry = _plan_entry(RunKey(number, rel), path)
         with self._lock:
@@ -275,16 +316,24 @@ def _list(folder: str) -> _Folder:
                     files.add(entry.name)
     except OSError:
         return _Folder((), ())
+    markers = _markers_in(files)
+    if any(kind is Kind.EXEC for kind, _ in markers):
+        subdirs = []  # an exec run dir holds no other run
+    return _Folder(tuple(markers), tuple(sorted(subdirs, reverse=True)))
+
+
+def _markers_in(files: set[str]) -> list[tuple[Kind, str]]:
     markers: list[tuple[Kind, str]] = []
     if "status.json" in files and "spec.json" in files:
         markers.append((Kind.EXEC, "status.json"))
-        subdirs = []  # an exec run dir holds no other run
+    if "results.jsonl" in files and "batch.json" in files:
+        markers.append((Kind.BATCH, "results.jsonl"))
     if "plan.status.json" in files:
         markers.append((Kind.PLAN, "plan.status.json"))
     for name in sorted(files):
         if name.endswith(".status.json") and name != "plan.status.json":
             markers.append((Kind.TASK, name))
-    return _Folder(tuple(markers), tuple(sorted(subdirs, reverse=True)))
+    return markers
 
 
 def after(stamp: str, since: datetime) -> bool:

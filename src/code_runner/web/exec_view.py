@@ -17,6 +17,7 @@ from typing import Any
 
 from code_runner import monitor
 from code_runner.errors import RecordError
+from code_runner.monitor.alerts import AlertKind, Option, options_for
 from code_runner.monitor.metrics import MetricSeries, parse_metrics, split_segments, terminal_lines
 from code_runner.web.catalog import exec_result, read_json
 from code_runner.web.roots import OutsideRoots, Roots, open_file
@@ -64,6 +65,36 @@ def metric_points(run_dir: Path) -> dict[str, list[list[float | None]]]:
 
 
 @dataclass(frozen=True)
+class PendingAlert:
+    """The alert waiting for an answer, and the buttons that answer it."""
+
+    kind: str
+    check_no: int
+    detail: str
+    options: tuple[Option, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.check_no}"
+
+
+def pending_alert(status: dict[str, Any], events: list[dict[str, Any]]) -> PendingAlert | None:
+    """From `status.json`: the alert the monitor waits on, with its detail from the events."""
+    kind, check_no = status.get("pending_alert"), status.get("pending_check_no")
+    if status.get("finished") or kind not in AlertKind.__members__ or not isinstance(check_no, int):
+        return None
+    detail = next(
+        (
+            str(e.get("detail", ""))
+            for e in reversed(events)
+            if e.get("kind") in ("alert", "alert_repeated") and e.get("alert") == kind
+        ),
+        "",
+    )
+    return PendingAlert(str(kind), check_no, detail, options_for(AlertKind(str(kind))))
+
+
+@dataclass(frozen=True)
 class ExecPage:
     run_dir: Path
     status: dict[str, Any]
@@ -76,6 +107,14 @@ class ExecPage:
     @property
     def finished(self) -> bool:
         return self.result is not None or bool(self.status.get("finished"))
+
+    @property
+    def pending(self) -> PendingAlert | None:
+        return None if self.finished else pending_alert(self.status, self.events)
+
+    @property
+    def answers(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("kind") == "answer"]
 
     @property
     def alerts(self) -> list[dict[str, Any]]:
@@ -148,10 +187,12 @@ def dumps(value: object) -> str:
 
 __all__ = [
     "ExecPage",
+    "PendingAlert",
     "chart_data",
     "compare_rows",
     "dumps",
     "load_exec",
     "locate_exec",
     "metric_points",
+    "pending_alert",
 ]

@@ -1,7 +1,8 @@
 """The disposable checkout an agent works in: created, audited, exported, released.
 
-`create` makes a `clone --shared` into the state dir and a hardened checkout, and returns the
-`Workspace` that owns it: `ws.audit(allowlist)`, `ws.keep()`, `ws.restore(tree)`,
+`create` makes the work tree an overlay over the shared checkout cache (`checkouts`,
+`overlay`) where it can, else a `clone --shared` into the state dir and a hardened checkout,
+and returns the `Workspace` that owns it: `ws.audit(allowlist)`, `ws.keep()`, `ws.restore(tree)`,
 `ws.export(tree)`, `ws.release()`. Below it, `layout.WorkspacePaths` names its parts;
 `audit` judges every change against git's path rules and the allowlist; `trees` keeps and
 restores states and exports the patch; `lease` guards the source and finds what dead runs
@@ -20,7 +21,14 @@ from code_runner.workspace.audit import (
     read_changes,
     restore_git_pointer,
 )
-from code_runner.workspace.create import ExportedPatch, Workspace, create
+from code_runner.workspace.checkouts import prune as prune_checkouts
+from code_runner.workspace.create import (
+    ExportedPatch,
+    Workspace,
+    create,
+    planned_kind,
+    remove_root,
+)
 from code_runner.workspace.env import command_env, empty_scratch
 from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import (
@@ -80,10 +88,13 @@ __all__ = [
     "lease_is_live",
     "materialize",
     "patch_applies_on_base",
+    "planned_kind",
     "process_start",
     "project_packages",
+    "prune_checkouts",
     "read_changes",
     "read_lease",
+    "remove_root",
     "restore_git_pointer",
     "restore_tree",
     "review_diff",

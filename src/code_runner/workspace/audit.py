@@ -12,13 +12,17 @@ base + the allowed changes when the DoD runs."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import re
 import stat
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+import code_runner.workspace.overlay as overlay
 from code_runner import files
 from code_runner.files import force_rmtree, walk
 from code_runner.repo import git
@@ -153,7 +157,9 @@ def _tree_digest(root: Path) -> str:
                 if path.is_symlink():
                     digest.update(b"\0link\0" + str(path.readlink()).encode())
                 else:
-                    digest.update(b"\0file\0" + path.read_bytes())
+                    digest.update(b"\0file\0")
+                    for piece in files.read_chunks(path):  # never whole: it may be large
+                        digest.update(piece)
             except OSError as exc:
                 digest.update(f"\0error {exc.errno}".encode())
     return digest.hexdigest()
@@ -176,18 +182,20 @@ def object_files(git_dir: Path) -> frozenset[tuple[str, int, int]]:
     return frozenset(found)
 
 
+_FLAGGED = re.compile(rb"(?:^|\x00)([a-zS]) ([^\x00]*)")
+
+
 def index_flags(ws: WorkspacePaths) -> tuple[str, ...]:
     """Index entries marked assume-unchanged (`git ls-files -v`: a lower-case tag) or
-    skip-worktree (`S`): git stops looking at their work-tree files."""
-    fields = ws.repo.z("ls-files", "-v", "-z")
-    flagged: list[str] = []
-    for field in fields:
-        if len(field) > 2 and (field[:1].islower() or field[:1] == b"S"):
-            flagged.append(git.decode_path(field[2:]))
-    return tuple(sorted(flagged))
+    skip-worktree (`S`): git stops looking at their work-tree files. Found by one scan of
+    git's output, not a loop over every entry."""
+    listed = ws.repo.run("ls-files", "-v", "-z").stdout
+    return tuple(sorted(git.decode_path(m.group(2)) for m in _FLAGGED.finditer(listed)))
 
 
-def git_state(ws: WorkspacePaths) -> GitState:
+def git_state(ws: WorkspacePaths, *, fresh: bool = False) -> GitState:
+    """The workspace's git state now. `fresh`: its index was just made by the runner (a
+    checkout, or the cache's verified copy), so no entry carries a flag and none is read."""
     head = (ws.git_dir / "HEAD").read_text(errors="replace").strip()
     refs = json.dumps(git.read_refs(ws.git_dir), sort_keys=True)
     config = hashlib.sha256((ws.git_dir / "config").read_bytes()).hexdigest()
@@ -203,7 +211,7 @@ def git_state(ws: WorkspacePaths) -> GitState:
         refs=refs,
         config=config,
         pointer=pointer,
-        index_flags=index_flags(ws),
+        index_flags=() if fresh else index_flags(ws),
         info=_tree_digest(ws.git_dir / "info"),
         alternates=_tree_digest(ws.git_dir / "objects" / "info"),
         objects=object_files(ws.git_dir),
@@ -222,7 +230,51 @@ def restore_git_pointer(ws: WorkspacePaths) -> None:
 
 def _stage_all(ws: WorkspacePaths) -> None:
     # --ignore-errors: an unreadable file must not hide every other change
-    ws.repo.run("add", "--all", "--ignore-errors", "--", ".", check=False)
+    if not ws.overlay:
+        ws.repo.run("add", "--all", "--ignore-errors", "--", ".", check=False)
+        return
+    present = _forget_upper(ws)
+    if present:
+        ws.repo.run(
+            "add",
+            "--all",
+            "--ignore-errors",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+            input_bytes=_nul_list(present),
+            env={"GIT_LITERAL_PATHSPECS": "1"},
+            check=False,
+        )
+
+
+def _nul_list(listed: list[str]) -> bytes:
+    return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in listed)
+
+
+def _forget_upper(ws: WorkspacePaths) -> list[str]:
+    """Drop the index entries of every path the overlay's upper layer holds, so `git add`
+    reads each of them again; return those that still exist, which is all `git add` needs
+    to see (what no longer exists is now staged as deleted). An overlay's index trusts size
+    and mtime only (`core.checkStat=minimal`), which an agent can keep while changing a
+    file's bytes; every write lands in the upper layer, so nothing changed escapes this,
+    and nothing outside it needs reading: O(changes), not O(files)."""
+    leaves, replaced = overlay.changed_paths(ws.root)
+    listed = sorted(p for p in {*leaves, *replaced} if p != ".git")
+    if not listed:
+        return []
+    ws.repo.run(
+        "rm",
+        "--cached",
+        "--force",  # only the index: drop what is staged, whatever it is
+        "-r",
+        "-q",
+        "--ignore-unmatch",
+        "--pathspec-from-file=-",
+        "--pathspec-file-nul",
+        input_bytes=_nul_list(listed),
+        env={"GIT_LITERAL_PATHSPECS": "1"},
+    )
+    return [p for p in listed if os.path.lexists(ws.work_tree / p)]
 
 
 def read_changes(ws: WorkspacePaths) -> list[Change]:
@@ -312,30 +364,34 @@ def _remove_dot_git_entries(ws: WorkspacePaths) -> list[tuple[str, str]]:
 
     Git refuses such paths (`git add` skips them), so they would otherwise stay behind
     unseen, hide a subtree from the audit, or be there when the DoD runs. Returns
-    (path, reason) for each removal.
+    (path, reason) for each removal. An overlay's new entries are all in its upper layer:
+    only that is walked (names found there are removed through the work tree).
     """
+    top = overlay.upper_dir(ws.root) if ws.overlay else ws.work_tree
     removed: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in walk(ws.work_tree):
+    for dirpath, dirnames, filenames in walk(top):
         here = Path(dirpath)
-        if here != ws.work_tree and (".git" in dirnames or ".git" in filenames):
+        rel = here.relative_to(top)
+        if here != top and (".git" in dirnames or ".git" in filenames):
             # a nested repository: its git dir goes, its files are judged like any other
-            rel = here.relative_to(ws.work_tree).as_posix()
-            removed.append((rel, "nested repositories are not allowed (its .git was removed)"))
-        for name in [n for n in dirnames if paths.is_dot_git(n)]:
-            force_rmtree(here / name)
-            dirnames.remove(name)
             removed.append(
-                ((here / name).relative_to(ws.work_tree).as_posix(), "names git's own directory")
+                (rel.as_posix(), "nested repositories are not allowed (its .git was removed)")
             )
+        for name in [n for n in dirnames if paths.is_dot_git(n)]:
+            dirnames.remove(name)
+            target = ws.work_tree / rel / name
+            if target.is_dir() and not target.is_symlink():
+                force_rmtree(target)
+            elif os.path.lexists(target):
+                target.unlink()
+            removed.append(((rel / name).as_posix(), "names git's own directory"))
         for name in filenames:
-            if paths.is_dot_git(name) and not (here == ws.work_tree and name == ".git"):
-                (here / name).unlink()
-                removed.append(
-                    (
-                        (here / name).relative_to(ws.work_tree).as_posix(),
-                        "names git's own directory",
-                    )
-                )
+            if paths.is_dot_git(name) and not (here == top and name == ".git"):
+                target = ws.work_tree / rel / name
+                if not os.path.lexists(target):
+                    continue  # an overlay's whiteout: a deletion, not an entry
+                target.unlink()
+                removed.append(((rel / name).as_posix(), "names git's own directory"))
     return removed
 
 
@@ -346,6 +402,7 @@ def _revert(ws: WorkspacePaths, changes: list[Change]) -> None:
     ws.repo.run(
         "reset",
         "--quiet",
+        "--no-refresh",
         ws.base,
         "--pathspec-from-file=-",
         "--pathspec-file-nul",
@@ -385,5 +442,31 @@ def _remove_path(root: Path, rel: str) -> None:
 
 
 def clean(ws: WorkspacePaths) -> None:
-    """Remove untracked and ignored files: the DoD sees only base + the staged changes."""
-    ws.repo.run("clean", "-ffdxq", "--", ".")
+    """Remove untracked and ignored files: the DoD sees only base + the staged changes.
+
+    In an overlay, nothing untracked can be outside its upper layer: only the paths there
+    are cleaned, then the directories left empty (base has none: git tracks no directory)."""
+    if not ws.overlay:
+        ws.repo.run("clean", "-ffdxq", "--", ".")
+        return
+    leaves, _ = overlay.changed_paths(ws.root)
+    present = [p for p in leaves if p != ".git" and os.path.lexists(ws.work_tree / p)]
+    for start in range(0, len(present), 500):
+        ws.repo.run(
+            "clean",
+            "-ffdxq",
+            "--",
+            *present[start : start + 500],
+            env={"GIT_LITERAL_PATHSPECS": "1"},
+        )
+    _remove_empty_dirs(ws)
+
+
+def _remove_empty_dirs(ws: WorkspacePaths) -> None:
+    upper = overlay.upper_dir(ws.root)
+    for dirpath, _, _ in sorted(walk(upper), key=lambda entry: -len(entry[0])):
+        rel = Path(dirpath).relative_to(upper)
+        target = ws.work_tree / rel
+        if rel.parts and target.is_dir() and not target.is_symlink():
+            with contextlib.suppress(OSError):
+                target.rmdir()  # only when empty

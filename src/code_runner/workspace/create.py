@@ -8,18 +8,30 @@ The `Workspace` owns its state: the tree its work tree holds, the git state an a
 not change, its command environment and scratch dirs. A round reads as verbs on it:
 `audit`, `keep`, `restore`, `export`, `release`.
 
-A root runner whose commands run as a sandbox uid checks the tree out as that uid
-(`owner`): every file is the sandbox's from the start, so no walk re-owns the tree and no
-inode change time moves under git's index (which would make the audit re-read every file).
+A root runner makes the work tree an overlay over the checkout cache's copy of the base
+(`overlay`, `checkouts`): a mount instead of a checkout, whatever the repo's size, with the
+cached index copied in (`core.checkStat=minimal`: the audit re-reads what the upper layer
+lists). Elsewhere, or when the mount fails, it is the clone and checkout below, and
+`Workspace.kind` says which one ran.
+
+A root runner whose commands run as a sandbox uid writes the tree as that uid (`owner`):
+an overlay shows the cached files as that uid's (an idmapped lower layer), a checkout runs
+as it. Every file is the sandbox's from the start, so no walk re-owns the tree and no inode
+change time moves under git's index (which would make the audit re-read every file).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import code_runner.workspace.checkouts as checkouts
+import code_runner.workspace.overlay as overlay
 import code_runner.workspace.trees as trees
 from code_runner import dirs, files
 from code_runner.files import force_rmtree
@@ -27,6 +39,7 @@ from code_runner.repo import git
 from code_runner.task.paths import Allowlist
 from code_runner.workspace.audit import Audit, GitState, git_state, object_files
 from code_runner.workspace.audit import audit as audit_changes
+from code_runner.workspace.dependency_links import dependency_links, linked
 from code_runner.workspace.layout import WorkspacePaths
 from code_runner.workspace.lease import source_lock, write_lease
 from code_runner.workspace.owner import as_user_argv, give_back
@@ -44,23 +57,51 @@ class ExportedPatch:
     applies_on_base: bool
     detail: str
 
-    @property
-    def patch(self) -> bytes:
-        return self.patch_path.read_bytes()
-
-    @property
-    def review(self) -> str:
-        return self.review_path.read_text("utf-8", "replace")
-
 
 class Workspace:
     """A live disposable checkout. Made by `create`; ends with `release`."""
 
-    def __init__(self, paths: WorkspacePaths, *, tree: str, git_before: GitState):
+    def __init__(
+        self,
+        paths: WorkspacePaths,
+        *,
+        tree: str,
+        git_before: GitState,
+        checkout: checkouts.Checkout | None = None,
+        fallback: str = "",
+    ):
         self.paths = paths
         self._tree: str | None = tree
         self._git_before = git_before
-        self.created_bytes = files.disk_usage(paths.root)  # the checkout itself
+        self._checkout = checkout
+        self.fallback = fallback  # why an overlay was not used ("" when it was, or not tried)
+        self.created_bytes = self._usage()  # the checkout itself
+        # the source's dependency dirs, as links for a command run without the sandbox
+        self._links = dependency_links(paths.source_dir, paths.work_tree)
+
+    @property
+    def kind(self) -> str:
+        """`overlay` (a mount over the checkout cache) or `clone` (a checkout of its own)."""
+        return "overlay" if self.paths.overlay else "clone"
+
+    def created_fields(self) -> dict[str, str | None]:
+        """The `workspace_created` event: where, and which kind (and why not an overlay)."""
+        return {
+            "path": str(self.work_tree),
+            "workspace_kind": self.kind,
+            "workspace_fallback": self.fallback or None,
+        }
+
+    def _usage(self) -> int:
+        """Bytes on disk: an overlay's are its upper layer's (the cache's files are shared)."""
+        if not self.paths.overlay:
+            return files.disk_usage(self.paths.root)
+        skip = {self.paths.work_tree.name, overlay.lower_mount(self.paths.root).name}
+        return sum(
+            files.disk_usage(child) if child.is_dir() and not child.is_symlink() else 0
+            for child in self.paths.root.iterdir()
+            if child.name not in skip
+        )
 
     # --- where things are ----------------------------------------------------------------
 
@@ -114,6 +155,13 @@ class Workspace:
         """Empty the commands' HOME and TMPDIR (before a DoD run without the sandbox)."""
         self.paths.empty_scratch()
 
+    @contextlib.contextmanager
+    def unsandboxed_dependencies(self) -> Iterator[list[Path]]:
+        """While it lasts, the source's `.venv` / `venv` / `node_modules` are in the work
+        tree as links, where the sandbox would bind them; gone again before any audit."""
+        with linked(self._links) as made:
+            yield made
+
     # --- the work tree's state -----------------------------------------------------------
 
     @property
@@ -165,13 +213,21 @@ class Workspace:
     def written_bytes(self) -> int:
         """Bytes the run has added to the workspace since it was made (work tree, git dir,
         HOME, TMPDIR): what `limits.disk_mb` bounds."""
-        return max(0, files.disk_usage(self.root) - self.created_bytes)
+        return max(0, self._usage() - self.created_bytes)
 
     def release(self) -> bool:
         """Remove the workspace and its git dir. True when nothing is left."""
-        if self.root.exists():
-            force_rmtree(self.root)
+        remove_root(self.root)
+        if self._checkout is not None:
+            self._checkout.release()
         return not self.root.exists()
+
+
+def remove_root(root: Path) -> None:
+    """Take a workspace's mounts down, then remove its files (its own, never the cache's)."""
+    overlay.unmount(root)
+    if root.exists() or root.is_symlink():
+        force_rmtree(root)
 
 
 def create(
@@ -182,12 +238,18 @@ def create(
     output_dir: Path | None = None,
     project: ProjectEnv | None = None,
     owner: tuple[int, int] | None = None,
+    cached: bool = True,
 ) -> Workspace:
     """Make a disposable checkout of `source` at `base`. The source is only read.
 
     Its commands get the project's environment (`project`, or the one `discover` finds).
     `owner` (uid, gid): check the files out as that user where this runner can (root, with
-    `setpriv`); `Workspace.owner` says whether it did."""
+    `setpriv`); `Workspace.owner` says whether it did.
+
+    The work tree is an overlay over the shared checkout cache only where every command in
+    it runs as `owner` (the sandbox's uid, which cannot reach the cache) and `cached`: a
+    caller whose agent runs as the runner (an agent CLI) passes False. `Workspace.kind` and
+    `Workspace.fallback` say what was made and why."""
     assert source.work_tree is not None
     root = dirs.workspaces_dir() / run_id
     root.mkdir(parents=True, exist_ok=False)
@@ -202,14 +264,82 @@ def create(
         write_lease(root, run_id, source.work_tree, output_dir)
         paths.home_dir.mkdir()
         paths.tmp_dir.mkdir()
+        fallback = _overlay_unavailable(root, owner, cached)
+        if not fallback:
+            try:
+                return _overlay_workspace(source, paths, base, owner)
+            except OSError as exc:
+                fallback = f"overlayfs failed ({exc.strerror or exc}); a clone was made"
+                _clear(root, keep={"lease.json", paths.home_dir.name, paths.tmp_dir.name})
         with source_lock(source.git_dir):
             git.clone_shared(source, git_dir=paths.git_dir, work_tree=paths.work_tree)
         owned = _checkout(paths, base, owner)
         paths = dataclasses.replace(paths, owner=owned)
-        return Workspace(paths, tree=trees.base_tree(paths), git_before=git_state(paths))
+        tree = trees.base_tree(paths)
+        return Workspace(
+            paths, tree=tree, git_before=git_state(paths, fresh=True), fallback=fallback
+        )
     except BaseException:
         # A half-made workspace must not wait for `gc`: nothing else knows it exists.
-        force_rmtree(root)
+        remove_root(root)
+        raise
+
+
+def planned_kind(*, sandboxed: bool, cached: bool = True) -> dict[str, str]:
+    """The kind of workspace a run would get here (for `dry-run` and `doctor`): `sandboxed`,
+    its commands run as a sandbox uid of a root runner; `cached`, its agent is not one that
+    runs as the runner."""
+    owner = (65534, 65534) if sandboxed else None
+    why = _overlay_unavailable(dirs.workspaces_dir() / "planned", owner, cached)
+    if why:
+        return {"kind": "clone", "fallback": why}
+    cache = f"{checkouts.cache_dir()}, up to {checkouts.max_entries()} trees"
+    return {"kind": "overlay", "cache": cache}
+
+
+def _overlay_unavailable(root: Path, owner: tuple[int, int] | None, cached: bool) -> str:
+    if not cached:
+        return "the agent runs as the runner, which could write the shared checkout cache"
+    if checkouts.max_entries() == 0:
+        return f"{checkouts.ENTRIES_ENV}=0: no checkout cache"
+    if owner is None:
+        return "commands do not run as a sandbox uid, which keeps them from the shared cache"
+    if as_user_argv(owner) is None:
+        return "files cannot be written as the sandbox's uid here (no setpriv)"
+    return overlay.unavailable(root.parent) or ""
+
+
+def _clear(root: Path, keep: set[str]) -> None:
+    overlay.unmount(root)
+    for child in root.iterdir():
+        if child.name not in keep:
+            force_rmtree(child)
+
+
+def _overlay_workspace(
+    source: git.Repo, paths: WorkspacePaths, base: str, owner: tuple[int, int] | None
+) -> Workspace:
+    """The work tree mounted over the cached checkout of `base`, with its index copied in.
+
+    The clone (git dir only) writes its `.git` pointer into the upper layer, where the
+    work tree shows it; HEAD is detached at `base` as a checkout leaves it."""
+    held = checkouts.acquire(source, base)
+    try:
+        upper = overlay.upper_dir(paths.root)
+        with source_lock(source.git_dir):
+            git.clone_shared(source, git_dir=paths.git_dir, work_tree=upper)
+        overlay.mount(held.files_dir, paths.root, owner=owner)
+        shutil.copyfile(held.index, paths.git_dir / "index")
+        # HEAD detached at base, as a checkout leaves it; an index trusting size and mtime
+        files.atomic_write_text(paths.git_dir / "HEAD", f"{held.commit}\n")
+        with (paths.git_dir / "config").open("a", encoding="utf-8") as config:
+            config.write("[core]\n\tcheckStat = minimal\n")
+        paths = dataclasses.replace(paths, owner=owner, overlay=True)
+        return Workspace(
+            paths, tree=held.tree, git_before=git_state(paths, fresh=True), checkout=held
+        )
+    except BaseException:
+        held.release()
         raise
 
 

@@ -22,6 +22,7 @@ class WorkspacePaths:
     base: str
     project: ProjectEnv | None = field(default=None, compare=False)
     owner: tuple[int, int] | None = None  # (uid, gid) the work tree's files are written as
+    overlay: bool = False  # the work tree is an overlay over a cached checkout (`overlay`)
 
     @property
     def work_tree(self) -> Path:

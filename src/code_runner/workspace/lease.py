@@ -5,8 +5,6 @@ workspaces whose owner is gone."""
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -29,27 +27,16 @@ def source_lock(source_git_dir: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iter
     lock_dir = dirs.locks_dir()
     lock_dir.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(str(source_git_dir).encode()).hexdigest()[:24]
-    path = lock_dir / f"{key}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() > deadline:
-                    raise LockHeld(
-                        f"another code-runner process has held the lock for {source_git_dir} "
-                        f"for over {timeout_s:.0f} s.",
-                        fix="wait for it to finish, or run `code-runner gc` if it was killed.",
-                    ) from exc
-                time.sleep(0.05)
+
+    def held() -> LockHeld:
+        return LockHeld(
+            f"another code-runner process has held the lock for {source_git_dir} "
+            f"for over {timeout_s:.0f} s.",
+            fix="wait for it to finish, or run `code-runner gc` if it was killed.",
+        )
+
+    with files.flocked(lock_dir / f"{key}.lock", mode=0o644, timeout_s=timeout_s, held=held):
         yield
-    finally:
-        os.close(fd)
 
 
 def process_start(pid: int) -> float | None:

@@ -48,8 +48,15 @@ def _map(path):
     return path
 
 
+# the entries go where `site` would have put them: after the environment's own site dirs,
+# so a copy of the project in the base interpreter (system site packages) never wins
+_prefix = _os.path.realpath(_sys.prefix) + _os.sep
+_at = max(
+    (i + 1 for i, p in enumerate(_sys.path) if _os.path.realpath(p or ".").startswith(_prefix)),
+    default=len(_sys.path),
+)
 _sys.path[:] = [_map(p) for p in _sys.path]
-_sys.path.extend(e for e in map(_map, _ENTRIES) if e not in _sys.path)
+_sys.path[_at:_at] = [e for e in dict.fromkeys(map(_map, _ENTRIES)) if e not in _sys.path]
 for _name, _mod in list(_sys.modules.items()):
     if _name.startswith("__editable___") and _name.endswith("_finder"):
         _mapping = getattr(_mod, "MAPPING", None)
@@ -320,10 +327,11 @@ def cannot_start(
     if exit_code in (126, 127):
         what = "not found" if exit_code == 127 else "not executable"
         hint = ""
-        if env is not None and env.prefix is not None and re.search(r"\bvenv/bin/", output):
+        prefix = _outside_prefix(env)
+        if prefix is not None and re.search(r"\bvenv/bin/", output):
             hint = (
-                f" (the workspace has no {env.prefix.name}/ of its own without the sandbox: "
-                f"write the command with `python`, which is {env.prefix}/bin/python there)"
+                f" (the project's environment is {prefix}, outside the source: write "
+                f"the command with `python`, which is {prefix}/bin/python there)"
             )
         return f"the DoD's command or interpreter was {what} (exit {exit_code}){hint}"
     for name in _NO_MODULE.findall(output):
@@ -331,6 +339,14 @@ def cannot_start(
             where = f"the environment {env.prefix}" if env and env.prefix else "no environment"
             return f"the DoD could not import the project's own package {name!r} ({where})"
     return None
+
+
+def _outside_prefix(env: ProjectEnv | None) -> Path | None:
+    """The environment's prefix when it lies outside the source (a relative `.venv/bin/...`
+    in a DoD cannot name it), else None."""
+    if env is None or env.prefix is None or _under(env.prefix, env.source_dir):
+        return None
+    return env.prefix
 
 
 START_FIX = (

@@ -9,6 +9,7 @@ the source fingerprint, never on which tool names a CLI version advertises.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import threading
@@ -60,13 +61,27 @@ def _cli_finished(cli_run: Any) -> dict[str, Any]:
 
 
 def test_codex_fixes_the_bug_with_its_own_shell_tool(tmp_path: Path, codex: str) -> None:
-    steps = [resp.write_file("calc.py", FIXED), resp.say(success_block())]
+    steps = [
+        dataclasses.replace(resp.write_file("calc.py", FIXED), usage=resp.Usage(1234, 56)),
+        dataclasses.replace(resp.say(success_block()), usage=resp.Usage(2000, 7)),
+    ]
     with ScriptedServer(resp.ResponsesApi(), steps) as server:
         cli_run = run(prepare(tmp_path, backend("codex-cli", server.base_url)))
         requests = server.stream_requests()
     assert cli_run.proc.returncode == 0, cli_run.output()
     result = cli_run.result()
     assert result["status"] == "passed" and result["dod_passed"] is True
+    # the usage Codex reported is what the server sent; Codex reports no cost: unknown
+    assert result["usage"] == {
+        "model_calls": None,
+        "prompt_tokens": 3234,
+        "completion_tokens": 63,
+        "total_tokens": 3297,
+        "usage_reported": True,
+        "price_known": False,
+        "cost_usd": None,
+        "reported_by": "codex",
+    }
     assert [c["path"] for c in result["changed_files"]] == ["calc.py"]
     patch = cli_run.patch()
     assert "+    return a * b" in patch and "check_calc.py" not in patch
@@ -115,12 +130,31 @@ def test_claude_fixes_the_bug_with_read_and_edit_in_tmux(tmp_path: Path, claude:
         ),
         msgs.say(success_block()),
     ]
+    steps = [
+        dataclasses.replace(turn, input_tokens=1000 + n, output_tokens=10 * n)
+        for n, turn in enumerate(steps, 1)
+    ]
     with ScriptedServer(msgs.AnthropicMessages(), steps) as server:
         cli_run = run(prepare(tmp_path, backend("claude-cli", server.origin)), "--tmux")
         requests = server.stream_requests()
     assert cli_run.proc.returncode == 0, cli_run.output()
     result = cli_run.result()
     assert result["status"] == "passed"
+    # the usage Claude Code reported is what the server sent, with its own cost figure
+    final = [e for e in cli_run.events() if e.get("type") == "result"][-1]
+    assert final["cost_usd"] > 0
+    assert result["usage"] == {
+        "model_calls": 4,
+        "prompt_tokens": 4010,
+        "completion_tokens": 100,
+        "total_tokens": 4110,
+        "usage_reported": True,
+        "price_known": True,
+        "cost_usd": final["cost_usd"],
+        "reported_by": "claude-code",
+    }
+    shown = run_cli("result", str(cli_run.out)).stdout
+    assert f"4 model calls, 4,110 tokens (4,010 in, 100 out), ${final['cost_usd']:.4f}" in shown
     patch = cli_run.patch()
     assert "+    return a + b" in patch and "+    return a * b" in patch
     # Read, Edit, Edit, final message: four model calls, each after the previous tool ran

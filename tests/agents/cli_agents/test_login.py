@@ -89,6 +89,9 @@ def test_doctor_says_which_login_each_cli_would_use(
     assert LOGIN_KEY not in done.stdout and "sk-ant-doctor" not in done.stdout
     shown = run_cli("doctor").stdout
     assert "with auth=inherit: your sign-in" in shown and "(present)" in shown
+    # what keeps each CLI's tools from a named skill
+    assert "skills: read-only: the CLI's own sandbox (workspace-write)" in shown
+    assert "skills: read-only: bind mounts (bubblewrap)" in shown
 
 
 @pytest.mark.e2e

@@ -9,7 +9,6 @@ brings its own tools, and the runner audits what they did from real git state.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -20,13 +19,17 @@ from typing import Any, Protocol
 
 import code_runner.agents.cli_agents.interactive as interactive
 import code_runner.agents.cli_agents.login as login
+import code_runner.agents.cli_agents.skill_guard as skill_guard
 import code_runner.agents.cli_agents.supervisor as supervisor
 import code_runner.agents.cli_agents.tmux as tmux
 import code_runner.agents.cli_agents.watch as watch
 from code_runner import proc
 from code_runner.agents.base import AgentOutcome, AgentStop, RoundContext
+from code_runner.agents.cli_agents.preflight import find_program, preflight_key, preflight_program
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings, resolve
+from code_runner.agents.cli_agents.skill_guard import SkillsGuard
 from code_runner.agents.cli_agents.translate import Translator
+from code_runner.agents.cli_agents.usage import RunTally
 from code_runner.agents.redact import redact
 from code_runner.errors import PreflightError, UsageError
 from code_runner.events import EventKind, EventSink
@@ -37,6 +40,8 @@ from code_runner.task.skills import Skill
 from code_runner.tools.base import ToolRunner
 
 PROMPT_PLACEHOLDER = "<prompt: see {path}>"
+# the CLIs that report their token usage, by the name their usage is recorded under
+_REPORTED_BY = {CliKind.CODEX: "codex", CliKind.CLAUDE: "claude-code"}
 _MAX_ROUND_S = 7 * 86_400.0
 
 
@@ -64,6 +69,7 @@ class Invocation:
     secret_names: tuple[str, ...] = ()  # variables whose values are secrets
     skills_dir: Path | None = None  # where the flavor installed the named skills
     login_copy: Path | None = None  # auth=inherit: the login file's copy, removed after
+    read_only: tuple[Path, ...] = ()  # mounted read-only for the CLI (the skills' copies)
 
     def shown(self, prompt: str, prompt_file: Path) -> list[str]:
         secrets = [self.env[name] for name in self.secret_names if self.env.get(name)]
@@ -82,29 +88,7 @@ class Flavor(Protocol):
 
     def posture(self, settings: CliSettings) -> dict[str, Any]: ...
 
-
-def find_program(program: str, path: str | None) -> str | None:
-    """The absolute path of `program` (a name looked up on `path`, or a path)."""
-    if os.sep in program:
-        candidate = Path(program).expanduser().absolute()  # as named: no symlink resolved
-        return str(candidate) if os.access(candidate, os.X_OK) else None
-    return shutil.which(program, path=path)
-
-
-def preflight_program(settings: CliSettings) -> str:
-    found = find_program(settings.program, os.environ.get("PATH"))
-    if found is None:
-        hint = {
-            CliKind.CODEX: "npm install -g @openai/codex (or set CODE_RUNNER_CODEX_BIN)",
-            CliKind.CLAUDE: "npm install -g @anthropic-ai/claude-code (or set "
-            "CODE_RUNNER_CLAUDE_BIN)",
-        }.get(settings.kind, "install it or give its path")
-        raise PreflightError(
-            f"backend {settings.kind.value}: the program {settings.program!r} is not installed "
-            "(not found on PATH).",
-            fix=f"{hint}; `code-runner doctor` shows what is found.",
-        )
-    return found
+    def skills_guard(self, settings: CliSettings) -> SkillsGuard: ...
 
 
 def named_settings(
@@ -129,18 +113,10 @@ def vendor_agent(
     return CliAgent(flavor, settings, program=program)
 
 
-def preflight_key(settings: CliSettings) -> None:
-    name = settings.api_key_env
-    if name and not os.environ.get(name, "").strip():
-        raise PreflightError(
-            f"backend {settings.kind.value} reads its API key from ${name}, which is not set.",
-            fix=f"export {name}=... before running, or pass `api_key_env=` (empty) for a "
-            "server that needs no key.",
-        )
-
-
 class CliAgent:
     """An external agent CLI, supervised, as a code-runner backend."""
+
+    edits_as_runner = True  # it runs as the runner's uid, not the sandbox's
 
     def __init__(self, flavor: Flavor, settings: CliSettings, *, program: str) -> None:
         self.flavor = flavor
@@ -149,6 +125,8 @@ class CliAgent:
         self.name = settings.kind.value
         self._key = uuid.uuid4().hex  # one tmux socket per run, whatever its output dir
         self._last_command: list[str] | None = None
+        # the token usage (and cost) the CLI reports, summed over the run's rounds
+        self._usage = RunTally(_REPORTED_BY.get(settings.kind, settings.kind.value))
         if settings.tmux and tmux.tmux_program() is None:
             raise PreflightError(
                 f"backend {self.name} is to run in tmux, but tmux is not installed.",
@@ -160,6 +138,10 @@ class CliAgent:
     def loads_skills(self) -> bool:
         """Named skills are installed for this CLI (Codex and Claude Code load them)."""
         return self.settings.kind in (CliKind.CODEX, CliKind.CLAUDE)
+
+    def skills_problem(self) -> str | None:
+        """Why this CLI's tools could change a named skill here (None: they cannot)."""
+        return skill_guard.problem(self.flavor.skills_guard(self.settings), self.name)
 
     def with_tmux(self, enabled: bool, *, interactive: bool = False) -> CliAgent:
         """The same agent, supervised in tmux (or not); `interactive`: Claude Code's UI."""
@@ -226,12 +208,17 @@ class CliAgent:
             result_file=result_file,
         )
         invocation = self.flavor.invocation(self.settings, request)
+        guard = self.flavor.skills_guard(self.settings)
+        if invocation.skills_dir is not None and guard is SkillsGuard.READ_ONLY_MOUNT:
+            argv, frozen = skill_guard.read_only(invocation.argv, invocation.skills_dir, ctx.skills)
+            invocation = replace(invocation, argv=argv, read_only=frozen)
         if invocation.skills_dir is not None:
             events.emit(
                 EventKind.SKILLS_INSTALLED,
                 backend=self.name,
                 skills_dir=str(invocation.skills_dir),
                 skills=[{"name": s.name, "sha256": s.sha256} for s in ctx.skills],
+                read_only=[str(path) for path in invocation.read_only],
             )
         shown = invocation.shown(prompt, prompt_file)
         self._last_command = shown
@@ -246,7 +233,11 @@ class CliAgent:
             else agent_dir / f"round-{index}.stdout.jsonl",
             stderr_path=agent_dir / f"round-{index}.stderr.log",
         )
-        plan = self._tmux_plan(paths, index, shown, result_file) if self.settings.tmux else None
+        plan = (
+            self._tmux_plan(paths, index, shown, result_file, prompt_file)
+            if self.settings.tmux
+            else None
+        )
         events.emit(
             EventKind.CLI_STARTED,
             backend=self.name,
@@ -272,7 +263,7 @@ class CliAgent:
                 translator,
                 stop_requested=paths.stop_request.exists,
                 tmux=plan,
-                watchers=(watcher,),
+                watchers=(watcher, *_budget(ctx)),
             )
         finally:
             login.remove_login(invocation.login_copy)
@@ -295,10 +286,17 @@ class CliAgent:
                     where="installed copy",
                     skills_dir=str(invocation.skills_dir),
                 )
-        outcome = _outcome(done, translator)
+        outcome = self._with_usage(_outcome(done, translator), translator)
         if outcome.stop is AgentStop.BLOCKED and done.blocker is not None:
             events.emit(EventKind.AGENT_BLOCKED, backend=self.name, **done.blocker.to_dict())
         return outcome
+
+    def _with_usage(self, outcome: AgentOutcome, translator: Translator) -> AgentOutcome:
+        """The outcome with the run's usage so far, for a CLI that reports usage."""
+        if self.settings.kind not in _REPORTED_BY:
+            return outcome
+        self._usage.add_round(translator.state.reported)
+        return replace(outcome, usage=self._usage.summary())
 
     def _watcher(self, ctx: RoundContext, events: EventSink) -> watch.TreeWatch:
         """The live watch of the work tree for one round (see `watch`)."""
@@ -336,8 +334,14 @@ class CliAgent:
         return path
 
     def _tmux_plan(
-        self, paths: RecordPaths, index: int, shown: list[str], result_file: Path | None = None
+        self,
+        paths: RecordPaths,
+        index: int,
+        shown: list[str],
+        result_file: Path | None,
+        prompt_file: Path,
     ) -> supervisor.TmuxPlan:
+        """The pane for one round; interactive (`result_file`): it pastes `prompt_file`."""
         agent_dir = paths.agent_dir
         socket = tmux.socket_path(self._key)
         run_dir = paths.output_dir
@@ -350,6 +354,7 @@ class CliAgent:
             terminal_log=paths.terminal_log,
             info=paths.tmux_info,
             result_file=result_file,
+            prompt=prompt_file if result_file else None,
         )
         how = "attach to steer" if result_file else "watching only"
         banner = (
@@ -398,6 +403,11 @@ def _reclaim_work_tree(work_tree: Path) -> None:
     from code_runner.sandbox import SandboxUser, hand_over
 
     hand_over(work_tree, SandboxUser(uid=os.getuid(), gid=os.getgid()))
+
+
+def _budget(ctx: RoundContext) -> tuple[supervisor.DiskBudget, ...]:
+    """The run's disk budget, asked while the CLI runs (none without a runner)."""
+    return (supervisor.DiskBudget(ctx.over_budget),) if ctx.over_budget is not None else ()
 
 
 def _scratch_paths(ctx: RoundContext) -> RecordPaths:
@@ -460,9 +470,6 @@ __all__ = [
     "Flavor",
     "Invocation",
     "LaunchRequest",
-    "find_program",
     "install_skills",
-    "preflight_key",
-    "preflight_program",
     "supervise_in_tmux",
 ]

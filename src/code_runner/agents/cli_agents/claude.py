@@ -6,7 +6,8 @@ repo), no session persistence, non-essential traffic, telemetry, error reporting
 auto-update off, retries bounded, `--max-turns`, tools limited to the task's list (the
 same list pre-approved, so nothing waits for a permission prompt), and
 `--permission-mode acceptEdits`. The key is handed over as ANTHROPIC_API_KEY from the
-variable the backend names; stdin is /dev/null.
+variable the backend names; stdin is /dev/null. With named skills it runs where they are
+read-only mounts (`skill_guard`): it has no OS sandbox of its own.
 """
 
 from __future__ import annotations
@@ -25,8 +26,32 @@ from code_runner.agents.cli_agents.agent import (
 )
 from code_runner.agents.cli_agents.login import AuthMode, copy_login
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
+from code_runner.agents.cli_agents.skill_guard import SkillsGuard
 from code_runner.agents.cli_agents.translate import ClaudeTranslator, Translator
 from code_runner.events import EventSink
+
+PERMISSION_MODE = "acceptEdits"
+
+
+def _confined(settings: CliSettings, request: LaunchRequest) -> list[str]:
+    """The flags of both modes (`-p` and the interactive UI), from one place: the user
+    settings source only, no MCP servers but ours (none), the model, and the tools, each
+    pre-approved so nothing waits for a permission prompt."""
+    # the Skill tool is how Claude Code lists and loads skills: on when skills are named
+    skill_tool = ("Skill",) if request.skills and "Skill" not in settings.tools else ()
+    tools = ",".join((*settings.tools, *skill_tool))
+    return [
+        "--setting-sources",
+        "user",
+        "--strict-mcp-config",
+        *(["--model", settings.model] if settings.model else []),
+        "--tools",
+        tools,
+        "--allowedTools",
+        tools,
+        "--permission-mode",
+        PERMISSION_MODE,
+    ]
 
 
 class ClaudeFlavor:
@@ -54,72 +79,48 @@ class ClaudeFlavor:
         elif settings.api_key_env:
             cli_env["ANTHROPIC_API_KEY"] = os.environ.get(settings.api_key_env, "")
             secret_names = ("ANTHROPIC_API_KEY",)
-        # the Skill tool is how Claude Code lists and loads skills: on when skills are named
-        skill_tool = ("Skill",) if request.skills and "Skill" not in settings.tools else ()
-        tools = ",".join((*settings.tools, *skill_tool))
+        confined = _confined(settings, request)
         if request.result_file is not None:  # `--tmux --interactive`: the UI, not -p
             interactive.seed_config(config_dir, request.workspace, cli_env.get("ANTHROPIC_API_KEY"))
             cli_env[interactive.RESULT_FILE_ENV] = str(request.result_file)
             cli_env["TERM"] = "xterm-256color"
             cli_env.pop("NO_COLOR", None)
+            # the prompt is pasted into the UI once it is ready (see `interactive`)
+            argv = [request.program, *confined]
+        else:
             argv = [
                 request.program,
-                "--setting-sources",
-                "user",
-                "--strict-mcp-config",
-                *(["--model", settings.model] if settings.model else []),
-                "--tools",
-                tools,
-                "--allowedTools",
-                tools,
-                "--permission-mode",
-                "acceptEdits",
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--no-session-persistence",
+                *confined,
+                "--max-turns",
+                str(settings.max_turns),
                 "--",
                 request.prompt,
             ]
-        else:
-            argv = self._print_argv(settings, request, tools)
         skills_dir = install_skills(request, config_dir)
         return Invocation(
             tuple(argv), cli_env, secret_names, skills_dir=skills_dir, login_copy=login_copy
         )
 
-    @staticmethod
-    def _print_argv(settings: CliSettings, request: LaunchRequest, tools: str) -> list[str]:
-        return [
-            request.program,
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--no-session-persistence",
-            "--setting-sources",
-            "user",
-            "--strict-mcp-config",
-            *(["--model", settings.model] if settings.model else []),
-            "--tools",
-            tools,
-            "--allowedTools",
-            tools,
-            "--permission-mode",
-            "acceptEdits",
-            "--max-turns",
-            str(settings.max_turns),
-            "--",
-            request.prompt,
-        ]
-
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return ClaudeTranslator(events)
+
+    def skills_guard(self, settings: CliSettings) -> SkillsGuard:
+        return SkillsGuard.READ_ONLY_MOUNT  # no OS sandbox of its own: Bash runs as the runner
 
     def posture(self, settings: CliSettings) -> dict[str, Any]:
         return {
             "os_sandbox": None,
-            "permission_mode": "acceptEdits",
+            "permission_mode": PERMISSION_MODE,
             "tools": list(settings.tools),
             "max_turns": settings.max_turns,
             "config": "hermetic (own CLAUDE_CONFIG_DIR, user settings source only, strict "
             "MCP config, no session persistence)",
+            "skills": "read-only mounts (installed copies and their folders)",
             "note": "Bash runs without an OS sandbox; the runner's audit and source "
             "snapshot are the guard"
             if "Bash" in settings.tools

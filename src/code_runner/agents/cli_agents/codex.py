@@ -26,6 +26,7 @@ from code_runner.agents.cli_agents.agent import (
 )
 from code_runner.agents.cli_agents.login import AuthMode, copy_login
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
+from code_runner.agents.cli_agents.skill_guard import SkillsGuard
 from code_runner.agents.cli_agents.translate import CodexTranslator, Translator
 from code_runner.events import EventSink
 
@@ -106,6 +107,12 @@ class CodexFlavor:
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return CodexTranslator(events)
+
+    def skills_guard(self, settings: CliSettings) -> SkillsGuard:
+        # its sandbox leaves CODEX_HOME and every skill folder read-only (not with full access)
+        if settings.sandbox == "danger-full-access":
+            return SkillsGuard.NONE
+        return SkillsGuard.CLI_SANDBOX
 
     def posture(self, settings: CliSettings) -> dict[str, Any]:
         return {

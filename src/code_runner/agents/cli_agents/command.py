@@ -23,10 +23,10 @@ from code_runner.agents.cli_agents.agent import (
     Invocation,
     LaunchRequest,
     named_settings,
-    preflight_key,
-    preflight_program,
 )
+from code_runner.agents.cli_agents.preflight import preflight_key, preflight_program
 from code_runner.agents.cli_agents.settings import CliKind, CliSettings
+from code_runner.agents.cli_agents.skill_guard import SkillsGuard
 from code_runner.agents.cli_agents.translate import PlainTranslator, Translator
 from code_runner.events import EventSink
 
@@ -65,6 +65,9 @@ class CommandFlavor:
 
     def translator(self, settings: CliSettings, events: EventSink) -> Translator:
         return PlainTranslator(events, final_event=settings.final_event)
+
+    def skills_guard(self, settings: CliSettings) -> SkillsGuard:
+        return SkillsGuard.NONE  # installs no skills
 
     def posture(self, settings: CliSettings) -> dict[str, Any]:
         return {

@@ -1,7 +1,8 @@
 """`--tmux --interactive`: Claude Code's own interactive UI in the pane, a person free to steer.
 
-Instead of `claude -p`, the pane runs `claude PROMPT` (the interactive UI, started with the
-contract prompt as its first message) on the pane's terminal. The worker ends by writing
+Instead of `claude -p`, the pane runs `claude` (the interactive UI) on the pane's terminal,
+and the launcher pastes the contract prompt into it (`tmux load-buffer` and `paste-buffer`)
+once the UI is ready, then presses Enter. The worker ends by writing
 its final block to a sentinel file (`$CODE_RUNNER_RESULT_FILE`) with its Bash tool; the
 pane's launcher sees the file, sends `/exit` to the UI, and exits with the block's status:
 
@@ -28,6 +29,8 @@ from code_runner.events import EventKind, EventSink
 RESULT_FILE_ENV = "CODE_RUNNER_RESULT_FILE"
 EXIT_FOR = {"SUCCESS": 0, "PARTIAL": 0, "BLOCKED_NEEDS_DECISION": 125}
 _KEY_SUFFIX_CHARS = 20
+_PASTE_ON = "$'\\e[?2004h'"  # bash: the escape that turns bracketed paste on
+_BUFFER = "code-runner-prompt"
 
 
 def prompt_section(result_file: Path) -> str:
@@ -55,18 +58,39 @@ def seed_config(config_dir: Path, workspace: Path, api_key: str | None) -> None:
     path.chmod(0o600)
 
 
-def launcher_tail(tmux: str, result_file: Path) -> tuple[str, str]:
-    """(shell lines before the CLI: the sentinel's watcher; lines after: the exit mapping)."""
+def launcher_tail(
+    tmux: str, result_file: Path, prompt_file: Path, terminal_log: Path
+) -> tuple[str, str]:
+    """(shell lines before the CLI: the prompt's paster and the sentinel's watcher; lines
+    after: the exit mapping).
+
+    The prompt is pasted once the UI is ready for it: when the pane's output (the terminal
+    log, from this round on) has turned bracketed paste on, so a multi-line prompt arrives
+    as one paste, not as lines each sent on its own, and then stayed still for a second
+    (the UI done starting). Enter submits it once the UI has shown the paste; an Enter the
+    UI did not answer (no new output) is pressed again, a few times at most.
+    """
     q = shlex.quote
     sentinel = q(str(result_file))
+    log = q(str(terminal_log))
+    pane = '-t "$TMUX_PANE"'
+    size = f"$(stat -c %s {log} 2>/dev/null || echo 0)"
     before = (
+        f"log_from=$(( {size} + 1 ))\n"
+        f"settle() {{ last=-1; while [ {size} != $last ]; do last={size}; sleep 1; done; }}\n"
+        f"( until tail -c +$log_from {log} 2>/dev/null | grep -qaF {_PASTE_ON}; do sleep 0.2; "
+        f"done; settle; {q(tmux)} load-buffer -b {_BUFFER} {q(str(prompt_file))} && "
+        f"{q(tmux)} paste-buffer -p -d -b {_BUFFER} {pane} || exit; "
+        f"for try in 1 2 3 4 5; do settle; sent={size}; {q(tmux)} send-keys {pane} Enter; "
+        f"sleep 3; [ {size} != $sent ] && break; done ) &\n"
+        "paster=$!\n"
         f"( until grep -qs 'RESULT_STATUS' {sentinel}; do sleep 0.2; done; sleep 1; "
-        f'{q(tmux)} send-keys -t "$TMUX_PANE" /exit Enter ) &\n'
+        f"{q(tmux)} send-keys {pane} /exit Enter ) &\n"
         "watcher=$!\n"
     )
     cases = " ".join(f"{status}) code={code};;" for status, code in EXIT_FOR.items())
     after = (
-        "kill $watcher 2>/dev/null\n"
+        "kill $paster $watcher 2>/dev/null\n"
         f"status=$(grep -m1 -oE 'RESULT_STATUS:[[:space:]]*[A-Z_]+' {sentinel} 2>/dev/null "
         "| sed -E 's/.*:[[:space:]]*//')\n"
         f'case "$status" in {cases} *) code=1;; esac\n'

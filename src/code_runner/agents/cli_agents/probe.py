@@ -1,5 +1,6 @@
-"""What `code-runner doctor` says about the agent CLIs: found where, which version, and
-which login a run would use (a key variable, or the user's own sign-in with auth=inherit).
+"""What `code-runner doctor` says about the agent CLIs: found where, which version, which
+login a run would use (a key variable, or the user's own sign-in with auth=inherit), and
+what would keep its tools from changing a named skill.
 
 The program is the one a run would use: `$CODE_RUNNER_CODEX_BIN` / `$CODE_RUNNER_CLAUDE_BIN`
 when set, else `codex` / `claude` on PATH.
@@ -10,10 +11,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import code_runner.agents.cli_agents.skill_guard as skill_guard
 from code_runner import proc
-from code_runner.agents.cli_agents.agent import find_program
+from code_runner.agents.cli_agents.agent import Flavor
+from code_runner.agents.cli_agents.claude import ClaudeFlavor
+from code_runner.agents.cli_agents.codex import CodexFlavor
 from code_runner.agents.cli_agents.login import AuthMode, login_report
+from code_runner.agents.cli_agents.preflight import find_program
 from code_runner.agents.cli_agents.settings import CliKind, resolve
+from code_runner.agents.cli_agents.skill_guard import SkillsGuard
 from code_runner.errors import CodeRunnerError
 from code_runner.repo import git
 
@@ -37,6 +43,22 @@ def _login(kind: CliKind) -> dict[str, Any]:
     return login_report(kind, AuthMode(settings.auth), settings.api_key_env)
 
 
+def _skills(kind: CliKind) -> str:
+    """What keeps the CLI's tools from a named skill, with the default settings."""
+    try:
+        settings = resolve(kind, None)
+    except CodeRunnerError as exc:
+        return f"unknown ({exc.message})"
+    flavor: Flavor = CodexFlavor() if kind is CliKind.CODEX else ClaudeFlavor()
+    guard = flavor.skills_guard(settings)
+    found = skill_guard.problem(guard, kind.value)
+    if found is not None:
+        return f"not protected: {found}"
+    if guard is SkillsGuard.CLI_SANDBOX:
+        return f"read-only: the CLI's own sandbox ({settings.sandbox})"
+    return "read-only: bind mounts (bubblewrap)"
+
+
 def cli_report() -> dict[str, dict[str, Any]]:
     report: dict[str, dict[str, Any]] = {}
     for kind, (name, variable, install) in _CLIS.items():
@@ -51,6 +73,7 @@ def cli_report() -> dict[str, dict[str, Any]]:
             "install": install,
             "override": variable,
             "login": _login(kind),
+            "skills": _skills(kind),
         }
         if path is not None:
             env = {**git.hardened_env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}

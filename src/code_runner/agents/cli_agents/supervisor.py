@@ -36,6 +36,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 _MAX_LINE_BYTES = 8 * 1024 * 1024
 _READ_CHUNK_BYTES = 4 * 1024 * 1024  # per stream per poll
 _POLL_S = 0.1
+DISK_CHECK_S = 0.5  # how often the disk budget is asked at the most (as for a command)
 
 
 class Ending(StrEnum):
@@ -47,6 +48,7 @@ class Ending(StrEnum):
     STOPPED = "stopped"
     START_FAILED = "start_failed"
     SCOPE_EXPANSION = "scope_expansion"  # a write outside the owned paths, with on_scope: stop
+    DISK_BUDGET = "disk_budget"  # the run wrote more than `limits.disk_mb`
 
 
 @dataclass(frozen=True)
@@ -270,6 +272,29 @@ class OutputCap:
         cap = self.max_output_bytes
         if self.streams.total > cap or self.streams.on_disk() > cap:
             return Ending.OUTPUT_LIMIT, f"the CLI wrote more than {cap} bytes"
+        return None
+
+
+@dataclass
+class DiskBudget:
+    """The run's disk budget (`limits.disk_mb`), asked while the CLI runs, as it is while a
+    command runs: at most every `check_s`, and less often when the question is slow (a
+    large tree), so the round is stopped soon after it passes the budget."""
+
+    over: Callable[[], bool]
+    check_s: float = DISK_CHECK_S
+    next_s: float = 0.0
+
+    def check(self, moment: Moment) -> tuple[Ending, str] | None:
+        if moment.elapsed_s < self.next_s:
+            return None
+        asked = time.monotonic()
+        if self.over():
+            return Ending.DISK_BUDGET, (
+                "the round wrote more than the run's disk budget (limits.disk_mb); "
+                "the CLI was stopped"
+            )
+        self.next_s = moment.elapsed_s + max(self.check_s, 10 * (time.monotonic() - asked))
         return None
 
 

@@ -64,6 +64,7 @@ class PaneFiles:
     terminal_log: Path
     info: Path
     result_file: Path | None = None  # interactive: the worker's final block goes here
+    prompt: Path | None = None  # interactive: the prompt the launcher pastes into the UI
 
 
 def _launcher(
@@ -92,9 +93,9 @@ def _interactive_launcher(command: str, cwd: Path, files: PaneFiles, banner: str
     """The CLI on the pane's own terminal (its UI), ended through its sentinel file."""
     from code_runner.agents.cli_agents.interactive import launcher_tail
 
-    assert files.result_file is not None
+    assert files.result_file is not None and files.prompt is not None
     q = shlex.quote
-    before, after = launcher_tail(tmux, files.result_file)
+    before, after = launcher_tail(tmux, files.result_file, files.prompt, files.terminal_log)
     return (
         "#!/bin/bash\n"
         "# code-runner: runs one interactive round of an agent CLI in this tmux pane.\n"

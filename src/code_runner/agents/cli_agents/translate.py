@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from code_runner.agents.cli_agents.blockers import Blocker, classify
+from code_runner.agents.cli_agents.usage import ReportedUsage, add, claude_usage, codex_usage
 from code_runner.events import EventKind, EventSink
 
 _PREVIEW_CHARS = 400
@@ -45,7 +46,8 @@ class StreamState:
     steps: int = 0  # tool calls and messages
     unknown_events: int = 0
     session: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)  # as the CLI printed it
+    reported: ReportedUsage | None = None  # its tokens (and cost), read from `usage`
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -143,6 +145,7 @@ class CodexTranslator(_Base):
             self.state.final_ok = True
             usage = data.get("usage")
             self.state.usage = dict(usage) if isinstance(usage, Mapping) else {}
+            self.state.reported = add(self.state.reported, codex_usage(usage))
             self.events.emit(EventKind.CLI_EVENT, cli=self.cli, type=kind, usage=self.state.usage)
         elif kind == "turn.failed":
             self.state.final_seen = True
@@ -294,6 +297,7 @@ class ClaudeTranslator(_Base):
             self.state.final_text = text
         usage = data.get("usage")
         self.state.usage = dict(usage) if isinstance(usage, Mapping) else {}
+        self.state.reported = claude_usage(data)
         if subtype == "error_max_turns":
             self.state.turn_limit = True
         self.events.emit(

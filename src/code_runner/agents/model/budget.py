@@ -86,24 +86,19 @@ class Budget:
             ends.append(self.run_started + self.limits.run_wall_clock_s)
         return min(ends) if ends else None
 
-    def check(self, turns_this_round: int) -> Exceeded | None:  # noqa: C901 - one early return per budget kind, checked in order
+    def check(self, turns_this_round: int) -> Exceeded | None:
         """The budget that forbids another model call, if any."""
         limits, now = self.limits, self.clock()
-        if limits.run_wall_clock_s is not None and self.run_started is not None:
-            spent = now - self.run_started
-            if spent >= limits.run_wall_clock_s:
+        clocks = (
+            ("run", limits.run_wall_clock_s, self.run_started),
+            ("round", limits.round_wall_clock_s, self.round_started),
+        )
+        for whose, limit_s, started in clocks:
+            if limit_s is not None and started is not None and now - started >= limit_s:
                 return Exceeded(
                     BudgetKind.WALL_CLOCK,
-                    f"the run's wall-clock budget of {limits.run_wall_clock_s:g} s is spent "
-                    f"({spent:.1f} s)",
-                )
-        if limits.round_wall_clock_s is not None:
-            spent = now - self.round_started
-            if spent >= limits.round_wall_clock_s:
-                return Exceeded(
-                    BudgetKind.WALL_CLOCK,
-                    f"the round's wall-clock budget of {limits.round_wall_clock_s:g} s is spent "
-                    f"({spent:.1f} s)",
+                    f"the {whose}'s wall-clock budget of {limit_s:g} s is spent "
+                    f"({now - started:.1f} s)",
                 )
         if self.unreported_calls and (limits.tokens_per_run or limits.cost_per_run_usd):
             which = BudgetKind.TOKENS if limits.tokens_per_run else BudgetKind.COST

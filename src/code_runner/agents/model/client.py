@@ -26,6 +26,7 @@ import email.utils
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -397,6 +398,21 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def url_problem(url: str) -> str | None:
+    """What makes an http(s) URL unusable (whitespace or a control character, no host, a
+    bad IPv6 literal or port), in words; None when it parses."""
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return "has whitespace or a control character"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if not parts.hostname:
+        return "has no host"
+    return None
+
+
 def probe(settings: OpenAIBackend, api_key: str | None, *, timeout_s: float = 3.0) -> str | None:
     """Does the endpoint answer? None if it does; else what went wrong, in words.
 
@@ -405,9 +421,12 @@ def probe(settings: OpenAIBackend, api_key: str | None, *, timeout_s: float = 3.
     403, or a LiteLLM proxy's 400 "No connected db."), which starts with `KEY_REFUSED`.
     """
     url = effective_base_url(settings) + "/models"
-    request = urllib.request.Request(url, method="GET")  # noqa: S310 - http(s) from config
     if not url.startswith(("http://", "https://")):
         return f"base_url {effective_base_url(settings)!r} is not an http(s) URL"
+    malformed = url_problem(effective_base_url(settings))
+    if malformed:
+        return f"base_url {effective_base_url(settings)!r} {malformed}"
+    request = urllib.request.Request(url, method="GET")  # noqa: S310 - http(s) from config
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     for name, value in settings.headers.items():

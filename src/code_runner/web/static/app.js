@@ -175,6 +175,28 @@ function drawLiveMemory() {
   }
 }
 
+let pendingShown = null;  // the alert whose buttons are on the page ("" for none)
+
+// A new alert waiting (or none any more), or an answer given: the server renders the
+// buttons and the answers, htmx wires them.
+async function refreshPending(s, force) {
+  const holder = document.getElementById("pending-holder");
+  if (!holder) return;
+  if (pendingShown === null) pendingShown = holder.querySelector("#pending-alert").dataset.alert;
+  const now = s && s.pending_alert && s.pending_check_no != null ? s.pending_alert + "-" + s.pending_check_no : "";
+  const same = now === pendingShown || (now && pendingShown && now.split("-")[0] === pendingShown.split("-")[0]);
+  if (!force && same) return;
+  if (!force) pendingShown = now;
+  const response = await fetch(holder.dataset.url);
+  if (!response.ok) return;
+  holder.innerHTML = await response.text();  // server-rendered, escaped
+  htmx.process(holder);
+}
+
+document.addEventListener("htmx:afterSwap", (e) => {
+  if (e.target && e.target.id === "answer-output") refreshPending(null, true);
+});
+
 function followExec(table) {
   const url = table.dataset.stream;
   if (!url) return;
@@ -196,6 +218,7 @@ function followExec(table) {
     });
     const state = document.getElementById("run-state");
     if (state && s.state) { state.textContent = s.state; state.className = "status s-" + s.state; }
+    refreshPending(s);
   });
   source.addEventListener("event", (msg) => {
     const e = JSON.parse(msg.data);
