@@ -278,7 +278,8 @@ def test_a_stalled_stream_is_ended_by_the_idle_timeout(
     assert "wrote nothing for 4 s" in result["error"]
     finished = _cli_finished(cli_run)
     assert finished["ending"] == "idle_timeout" and finished["silent_s"] >= 4
-    assert finished["duration_s"] < 20
+    # ended by the 4 s idle limit, not by the server's 120 s stall
+    assert finished["duration_s"] < 60
     assert leftovers(program.rsplit("/", 1)[0], _workspace_root(result)) == []
     _assert_clean_end(cli_run, result)
 
