@@ -3,6 +3,7 @@ with the fix in the spec's problem list, installed read-only, and a changed copy
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from code_runner.task.skills import (
 )
 from tests.helpers.git import make_repo
 from tests.helpers.skills import SKILL_DESCRIPTION, SKILL_NAME, write_skill
+from tests.helpers.tasks import run_cli
 
 
 def _spec(repo: Path, out: Path, skills: list[str]) -> dict[str, Any]:
@@ -179,3 +181,28 @@ def test_codex_with_full_access_is_refused_skills_before_the_run(
     with pytest.raises(PreflightError, match="danger-full-access") as info:
         runner.preflight(spec, base_dir=tmp_path)
     assert "remove `skills`" in (info.value.fix or "")
+
+
+def test_dry_run_lists_the_skills_a_run_would_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": "x = 1\n"})
+    write_skill(repo / ".skills" / "review")
+    monkeypatch.setenv("CODE_RUNNER_CODEX_BIN", "/bin/true")
+    data = _spec(repo, tmp_path / "out", [".skills/review"])
+    data["backend"] = "codex-cli:api_key_env="
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(data))
+    expected = read_skill(".skills/review", repo)
+    shown = run_cli("dry-run", str(spec_path))
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        f"skill: {SKILL_NAME} from .skills/review (repo), sha256 {expected.sha256[:16]}: "
+        "installed read-only for the worker"
+    ) in shown.stdout
+    as_json = run_cli("dry-run", str(spec_path), "--json")
+    listed = json.loads(as_json.stdout)["skills"]
+    assert [(s["name"], s["description"], s["sha256"]) for s in listed] == [
+        (SKILL_NAME, SKILL_DESCRIPTION, expected.sha256)
+    ]
+    assert not (tmp_path / "out").exists()

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 import code_runner.cli.render as render
+import code_runner.runner.skills as run_skills
 from code_runner import proc, runner, workspace
 from code_runner.errors import SafetyViolation
 from code_runner.record import Reason, RecordPaths
@@ -136,6 +137,10 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
         "dod_environment": workspace.from_section(
             Path(str(pre.source.work_tree)), task.env
         ).describe(),
+        "skills": [
+            {k: v for k, v in skill.to_dict().items() if k != "files"}
+            for skill in run_skills.read_skills(task)
+        ],
     }
     risks: list[str] = []
     if explain_risk:
@@ -181,6 +186,11 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
     for line in plan["dod_environment"]:
         out.print(f"  DoD sees: {line}")
     out.print(f"  workspace: {_workspace_line(plan['workspace'])}")
+    for skill in plan["skills"]:
+        out.print(
+            f"  skill: {skill['name']} from {skill['path']} ({skill['origin']}), sha256 "
+            f"{skill['sha256'][:16]}: installed read-only for the worker"
+        )
     for warning in pre.warnings:
         out.print(f"  [yellow]warning:[/] {warning}")
     for risk in risks:

@@ -2,7 +2,8 @@
 progress (advisory), with real programs writing into a real work tree.
 
 The "agent" is a small Python program run by the `command` backend (the same supervisor
-as Codex and Claude Code); repeating failures come from the real Codex CLI's events.
+as Codex and Claude Code); repeating failures come from the real Codex and Claude Code
+CLIs' events.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from code_runner.agents.cli_agents.watch import (
 )
 from code_runner.events import EventKind, ListSink
 from code_runner.task.paths import Allowlist
+from code_runner.testing import anthropic_messages as msgs
 from code_runner.testing import responses_api as resp
 from code_runner.testing.scripted_server import ScriptedServer
 from tests.helpers.agent_clis import FIXED, CliRun, backend, prepare, run, success_block
@@ -157,6 +159,31 @@ def test_codex_running_the_same_failing_command_is_a_repeating_failure(
     assert cli_run.proc.returncode == 0, cli_run.output()
     found = _of(cli_run, "repeating_failure")
     assert len(found) == 1 and found[0]["times"] == 3 and "still broken" in found[0]["command"]
+    assert "repeating failure" in cli_run.output()
+    assert cli_run.result()["status"] == "passed"
+
+
+@pytest.mark.e2e
+def test_claude_code_running_the_same_failing_command_is_a_repeating_failure(
+    tmp_path: Path, claude: str
+) -> None:
+    """Claude Code's Bash calls carry no command field of their own: the same call (tool
+    and input) failing three times is the repeating failure, and a different one is not."""
+    failing = "python3 -c 'import sys; sys.exit(\"still broken\")'"
+    steps = [
+        msgs.bash(failing),
+        msgs.bash("python3 -c 'import sys; sys.exit(1)'"),
+        msgs.bash(failing),
+        msgs.bash(failing),
+        *msgs.write_file("calc.py", FIXED),
+        msgs.say(success_block()),
+    ]
+    with ScriptedServer(msgs.AnthropicMessages(), steps) as server:
+        cli_run = run(prepare(tmp_path, backend("claude-cli", server.origin)))
+    assert cli_run.proc.returncode == 0, cli_run.output()
+    found = _of(cli_run, "repeating_failure")
+    assert len(found) == 1 and found[0]["times"] == 3, found
+    assert "claude:Bash" in found[0]["command"] and "still broken" in found[0]["command"]
     assert "repeating failure" in cli_run.output()
     assert cli_run.result()["status"] == "passed"
 
