@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -130,3 +131,19 @@ def test_a_ray_cluster_without_the_slot_resource_is_a_preflight_error(tmp_path: 
     assert "declares no code_runner_slot resource" in done.stdout, done.stderr
     assert "--resources='{\"code_runner_slot\": 8}'" in done.stdout
     assert set(wait_until_gone("/tmp/crray-")) <= before  # the Ray it started is stopped
+
+
+def test_a_ray_address_nobody_answers_on_is_refused_at_once(tmp_path: Path) -> None:
+    """Ray alone retries an unreachable head for minutes; the batch says so within seconds."""
+    task_specs(tmp_path / "specs", calc_repo(tmp_path), 1)
+    with socket.socket() as probe:  # a loopback port with no listener
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["--engine", "ray", "--run-dir", str(tmp_path / "run")]
+    address = f"127.0.0.1:{port}"
+    done = run_cli("batch", str(tmp_path / "specs"), "--address", address, *args, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert f"the Ray cluster at 127.0.0.1:{port}" in done.stderr
+    assert "cannot be reached: Connection refused" in done.stderr
+    assert "ray start --head" in done.stderr and "Traceback" not in done.stderr
+    assert results(tmp_path / "run") == []
