@@ -3,9 +3,9 @@
 Ray is imported only here, and only when `--engine ray` is chosen. With `--address` the
 engine joins that cluster, which must declare the `code_runner_slot` resource on its nodes
 (`ray start --head --resources='{"code_runner_slot": 8}'`), and whose head must answer
-within `CONNECT_S` (Ray alone would retry an unreachable head for minutes); without it, it starts a local
-Ray on 127.0.0.1 with usage stats off, its own temp dir and no dashboard, and stops it at
-the end. The engine starts one actor per slot of the cluster, each with a resident item
+within `CONNECT_S` (Ray alone would retry an unreachable head for minutes); without it, it
+starts a local Ray on 127.0.0.1 with usage stats off, its own temp dir and no dashboard, and
+stops it at the end. The engine starts one actor per slot of the cluster, each with a resident item
 process, and hands each item to an idle one. A source repo travels as a `git bundle`
 through the object store, once per batch, into each node's mirror cache (`bundles`),
 fetched there only when the node lacks its commit. `max_retries` re-runs an item only when
