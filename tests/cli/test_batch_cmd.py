@@ -147,3 +147,14 @@ def test_a_ray_address_nobody_answers_on_is_refused_at_once(tmp_path: Path) -> N
     assert "cannot be reached: Connection refused" in done.stderr
     assert "ray start --head" in done.stderr and "Traceback" not in done.stderr
     assert results(tmp_path / "run") == []
+
+
+def test_a_task_timeout_of_zero_is_a_usage_error(tmp_path: Path) -> None:
+    task_specs(tmp_path / "specs", calc_repo(tmp_path), 1)
+    for value in ("0", "0s", "0m"):
+        done = run_cli(
+            "batch", str(tmp_path / "specs"), "--task-timeout", value, "--run-dir", str(tmp_path)
+        )
+        assert done.returncode == 2, done.stderr
+        assert "leaves an item no time to run" in done.stderr and "Traceback" not in done.stderr
+        assert results(tmp_path) == []
