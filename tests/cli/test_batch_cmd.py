@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -130,3 +131,79 @@ def test_a_ray_cluster_without_the_slot_resource_is_a_preflight_error(tmp_path: 
     assert "declares no code_runner_slot resource" in done.stdout, done.stderr
     assert "--resources='{\"code_runner_slot\": 8}'" in done.stdout
     assert set(wait_until_gone("/tmp/crray-")) <= before  # the Ray it started is stopped
+
+
+def test_a_ray_address_nobody_answers_on_is_refused_at_once(tmp_path: Path) -> None:
+    """Ray alone retries an unreachable head for minutes; the batch says so within seconds."""
+    task_specs(tmp_path / "specs", calc_repo(tmp_path), 1)
+    with socket.socket() as probe:  # a loopback port with no listener
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["--engine", "ray", "--run-dir", str(tmp_path / "run")]
+    address = f"127.0.0.1:{port}"
+    done = run_cli("batch", str(tmp_path / "specs"), "--address", address, *args, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert f"the Ray cluster at 127.0.0.1:{port}" in done.stderr
+    assert "cannot be reached: Connection refused" in done.stderr
+    assert "ray start --head" in done.stderr and "Traceback" not in done.stderr
+    assert results(tmp_path / "run") == []
+
+
+def test_a_task_timeout_of_zero_is_a_usage_error(tmp_path: Path) -> None:
+    task_specs(tmp_path / "specs", calc_repo(tmp_path), 1)
+    for value in ("0", "0s", "0m"):
+        done = run_cli(
+            "batch", str(tmp_path / "specs"), "--task-timeout", value, "--run-dir", str(tmp_path)
+        )
+        assert done.returncode == 2, done.stderr
+        assert "leaves an item no time to run" in done.stderr and "Traceback" not in done.stderr
+        assert results(tmp_path) == []
+
+
+def test_a_second_ctrl_c_forces_items_that_ignore_the_soft_stop(tmp_path: Path) -> None:
+    """Cells whose command ignores SIGTERM outlast a soft stop with a long grace; the second
+    Ctrl-C ends them at once, and no process of theirs is left."""
+    marker = f"40.{os.getpid() % 10000:04d}3"
+    sweep = tmp_path / "sweep.json"
+    command = ["sh", "-c", "trap '' TERM; sleep {s}; true"]
+    grid = {"s": [marker], "i": [0, 1]}
+    cell = {"command": command, "grid": grid, "cwd": str(tmp_path), "grace": "5m"}
+    sweep.write_text(json.dumps(cell))  # the cell's own exec stop waits as long
+    args = ["batch", str(sweep), "--run-dir", str(tmp_path / "run"), "--grace", "5m"]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "code_runner", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while len(processes_with(f"sleep {marker}")) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)  # each cell's shell and its sleep
+    cells = set(processes_with(f"sleep {marker}"))
+    driver.send_signal(signal.SIGINT)
+    time.sleep(3)
+    assert driver.poll() is None  # the soft stop waits for the grace
+    assert set(processes_with(f"sleep {marker}")) == cells
+    started = time.monotonic()
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err
+    assert time.monotonic() - started < 30
+    assert "second interrupt: forcing" in err.decode()
+    assert sorted(line["status"] for line in results(tmp_path / "run")) == ["cancelled"] * 2
+    assert wait_until_gone(marker) == []
+
+
+def test_a_timed_out_sweep_cell_that_ignores_sigterm_leaves_no_process(tmp_path: Path) -> None:
+    """The cell's command runs in a session of its own, under exec's watchdog: ending the
+    item still ends both."""
+    marker = f"41.{os.getpid() % 10000:04d}7"
+    sweep = tmp_path / "sweep.json"
+    command = ["sh", "-c", "trap '' TERM; sleep {s}; true"]
+    cell = {"command": command, "grid": {"s": [marker]}, "cwd": str(tmp_path), "grace": "5m"}
+    sweep.write_text(json.dumps(cell))
+    args = ["--task-timeout", "3s", "--grace", "1s", "--run-dir", str(tmp_path / "run")]
+    done = run_cli("batch", str(sweep), *args, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert [line["status"] for line in results(tmp_path / "run")] == ["timeout"]
+    assert wait_until_gone(marker) == []

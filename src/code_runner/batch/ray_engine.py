@@ -2,9 +2,10 @@
 
 Ray is imported only here, and only when `--engine ray` is chosen. With `--address` the
 engine joins that cluster, which must declare the `code_runner_slot` resource on its nodes
-(`ray start --head --resources='{"code_runner_slot": 8}'`); without it, it starts a local
-Ray on 127.0.0.1 with usage stats off, its own temp dir and no dashboard, and stops it at
-the end. The engine starts one actor per slot of the cluster, each with a resident item
+(`ray start --head --resources='{"code_runner_slot": 8}'`), and whose head must answer
+within `CONNECT_S` (Ray alone would retry an unreachable head for minutes); without it, it
+starts a local Ray on 127.0.0.1 with usage stats off, its own temp dir and no dashboard, and
+stops it at the end. The engine starts one actor per slot of the cluster, each with a resident item
 process, and hands each item to an idle one. A source repo travels as a `git bundle`
 through the object store, once per batch, into each node's mirror cache (`bundles`),
 fetched there only when the node lacks its commit. `max_retries` re-runs an item only when
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,6 +36,8 @@ from code_runner.errors import EnvironmentProblem
 
 SLOT_RESOURCE = "code_runner_slot"
 SLOT_START_S = 120.0
+CONNECT_S = 5.0  # an --address whose head does not answer by then is refused
+_QUIET: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 # read by Ray at import: a Ray of our own stays on the loopback address (not for a cluster)
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -108,7 +112,7 @@ class RayEngine:
         if ray.is_initialized():
             return
         if self.options.address:
-            ray.init(address=self.options.address, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=self._reachable(self.options.address), **_QUIET)
             return
         # a Unix socket path must stay short: a temp dir of our own under /tmp
         self._temp_dir = tempfile.mkdtemp(prefix="crray-", dir="/tmp")
@@ -118,10 +122,37 @@ class RayEngine:
             include_dashboard=False,
             _temp_dir=self._temp_dir,
             _node_ip_address="127.0.0.1",
-            logging_level="ERROR",
-            log_to_driver=False,
+            **_QUIET,
         )
         self._owned = True
+
+    def _reachable(self, address: str) -> str:
+        """The cluster's `HOST:PORT` (`auto` found as Ray finds it), once its head answers:
+        Ray itself would retry an unreachable head for minutes."""
+        from ray._private.services import canonicalize_bootstrap_address
+
+        fix = (
+            "start the head with `ray start --head --resources='{\"code_runner_slot\": 8}'`, "
+            "pass its HOST:PORT as --address, or leave --address out to start a local Ray"
+        )
+        try:
+            found: str | None = canonicalize_bootstrap_address(address)
+        except (ConnectionError, ValueError) as exc:
+            message = f"no Ray cluster at --address {address}: {exc}"
+            raise EnvironmentProblem(message, fix=fix) from None
+        if found is None:
+            raise EnvironmentProblem(f"no Ray cluster at --address {address}", fix=fix)
+        host, _, port = found.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S):
+                pass
+        except (OSError, ValueError) as exc:
+            raise EnvironmentProblem(
+                f"the Ray cluster at {found} (--address {address}) cannot be reached: "
+                f"{getattr(exc, 'strerror', None) or exc}",
+                fix=fix,
+            ) from None
+        return found
 
     def _preflight(self) -> int:
         slots = int(self.ray.cluster_resources().get(SLOT_RESOURCE, 0))

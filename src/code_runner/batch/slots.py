@@ -28,7 +28,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from code_runner import proc
 from code_runner.batch.results import WorkerLost
@@ -62,6 +65,7 @@ class Resident:
         self._conn: socket.socket | None = None
         self._buffer = b""
         self.retiring = False  # it said it ends after this item
+        self._family: list[psutil.Process] = []
 
     @property
     def alive(self) -> bool:
@@ -139,13 +143,31 @@ class Resident:
             )
         return proc.exit_code_of(raw)
 
+    def wind_down(self, grace_s: Callable[[], float]) -> None:
+        """A soft stop: SIGTERM the tree and wait until the process exits or `grace_s()`
+        has passed, asked again at every poll (a forced stop shortens it); `end` follows."""
+        started = time.monotonic()
+        self._note_family()
+        self.process.terminate_tree()
+        while self.alive and time.monotonic() - started < grace_s():
+            self.process.wait_exit(POLL_S)
+
+    def _note_family(self) -> None:
+        """Remember the process's descendants now, those in sessions of their own too (an
+        exec cell's watchdog and command): once it is gone, nothing leads to them."""
+        if self.alive:
+            self._family += proc.family(self.process.pid)
+
     def end(self, grace_s: float) -> None:
-        """End the process and its whole tree (SIGTERM, grace, SIGKILL)."""
+        """End the process and its whole tree (SIGTERM, grace, SIGKILL), and whatever of
+        its family is left."""
+        self._note_family()
         if self._conn is not None:
             self._conn.close()
         else:
             self._forget_dir()
         self.process.kill_tree(grace_s)
+        proc.kill_processes(self._family, grace_s)
 
 
 class ResidentPool:

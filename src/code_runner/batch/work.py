@@ -39,6 +39,7 @@ from code_runner.record import ResultStatus, load_result
 POLL_S = 0.1
 MAX_MANIFEST = 200
 RUN_ID_FILE = "run_id"
+FORCED_END_S = 0.5  # after a soft stop's grace: SIGKILL, and this long to see the tree gone
 
 
 @dataclass
@@ -128,8 +129,9 @@ def run_item(
         resident = pool.take()
         try:
             exit_code = resident.run(item_path, try_dir, cancel.event)
-        except Cancelled:
-            _end(resident, try_dir, cancel.grace_s)
+        except Cancelled:  # within its grace, or at once when a forced stop comes meanwhile
+            resident.wind_down(lambda: cancel.grace_s)
+            _end(resident, try_dir, min(cancel.grace_s, FORCED_END_S))
             return _result(item, try_dir, started, ItemStatus.CANCELLED, None)
         except WorkerLost:
             _end(resident, try_dir, 0.5)

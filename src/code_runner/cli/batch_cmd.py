@@ -20,9 +20,15 @@ def _duration(value: str | None, flag: str) -> float | None:
     if value is None:
         return None
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError as exc:
         raise UsageError(f"{flag} {value!r}: {exc}", fix="write e.g. 90s, 30m or 2h") from None
+    if flag == "--task-timeout" and seconds <= 0:  # every item would be cancelled at once
+        raise UsageError(
+            f"--task-timeout {value!r} leaves an item no time to run",
+            fix="give a duration above zero, e.g. 30m, or leave --task-timeout out",
+        )
+    return seconds
 
 
 def _task_summary(lines: tuple[dict[str, Any], ...]) -> str:

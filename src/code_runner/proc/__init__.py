@@ -34,6 +34,8 @@ from code_runner.proc.tree import (
     TOKEN_ENV,
     become_subreaper,
     descendants,
+    family,
+    kill_processes,
     kill_run_processes,
     kill_tokened,
 )
@@ -56,7 +58,9 @@ __all__ = [
     "descendants",
     "describe_tracking",
     "exit_code_of",
+    "family",
     "hand_terminal",
+    "kill_processes",
     "kill_run_processes",
     "kill_tokened",
     "leftover_groups",

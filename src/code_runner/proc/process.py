@@ -268,12 +268,16 @@ class Process:
                 return False, True, False
             interval = min(interval * 2, 0.2)
 
-    def _terminate(self, grace_s: float) -> None:
-        """SIGTERM the group and every tokened descendant, wait `grace_s`, then SIGKILL."""
+    def terminate_tree(self) -> None:
+        """SIGTERM the group and every tokened descendant (a soft stop; `kill_tree` ends it)."""
         self.signal_group(signal.SIGTERM)
         for member in tokened(self.token, self.pid):
             with contextlib.suppress(psutil.Error):
                 member.terminate()
+
+    def _terminate(self, grace_s: float) -> None:
+        """SIGTERM the group and every tokened descendant, wait `grace_s`, then SIGKILL."""
+        self.terminate_tree()
         self.wait_exit(grace_s)
         self.signal_group(signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):

@@ -127,6 +127,32 @@ def kill_descendants(token: str, root_pid: int, grace_s: float) -> int:
     return len(leftovers)
 
 
+def family(pid: int) -> list[psutil.Process]:
+    """The live descendants of `pid` now, each pinned to its start time (a reused pid is
+    not taken for it later), those in sessions of their own included."""
+    pids = descendants(pid)
+    if pids is None:
+        try:
+            return psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            return []
+    found: list[psutil.Process] = []
+    for child in pids:
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(child))
+    return found
+
+
+def kill_processes(processes: list[psutil.Process], grace_s: float) -> int:
+    """SIGKILL those of `processes` still running (the very processes, not a reused pid),
+    wait up to `grace_s` for them to go, and reap ours; how many there were."""
+    alive = [p for p in processes if p.is_running()]
+    if alive:
+        _kill_all(alive, grace_s)
+        _reap(alive)
+    return len(alive)
+
+
 def _kill_all(processes: list[psutil.Process], grace_s: float) -> None:
     """SIGKILL each of `processes`, and wait up to `grace_s` for them to be gone."""
     for process in processes:
