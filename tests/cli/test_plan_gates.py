@@ -104,6 +104,9 @@ def test_scope_pause_amend_then_approve_continue(tmp_path: Path) -> None:
     done = plan_cli("amend", plan_id, str(amended), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["revision"] == 2
+    assert "unapproved" not in json.loads(done.stdout)  # approved when the plan was run
+    text = plan_cli("amend", plan_id, str(amended))  # a person's view: the replay
+    assert "not approved" not in text.stderr, text.stderr
     replay = plan_cli("amend", plan_id, str(amended), "--json")
     assert json.loads(replay.stdout)["replayed"]  # no third revision
     go = plan_cli("approve", plan_id, "--continue", "--json")
