@@ -35,7 +35,7 @@ from code_runner.plans.lock import crash_point, plan_lock
 from code_runner.plans.model import Plan
 from code_runner.plans.outcome import Outcome
 from code_runner.plans.projection import read_base_tree
-from code_runner.plans.recovery import RUN_ID_FILE, recover_plan
+from code_runner.plans.recovery import RUN_ID_FILE, drop_attempt_refs, recover_plan
 from code_runner.plans.report import emit, record_dir, write_views
 from code_runner.plans.runner_repo import (
     RunnerRepo,
@@ -229,6 +229,8 @@ class PlanRun:
         self.settling = True
         try:
             settled = self.store.settle(attempt["id"], outcome)
+            if settled.state is not AttemptState.COMPLETED:
+                drop_attempt_refs(self.store, self.plan_id)  # an unpublished commit goes now
         finally:
             self.settling = False
         self.emit(
