@@ -194,6 +194,21 @@ def test_unapproved_command_does_not_start(tmp_path: Path) -> None:
     assert not (dirs.state_dir() / "plans" / "plans.sqlite").exists()
 
 
+def test_an_output_dir_inside_the_source_is_refused_before_anything_is_created(
+    tmp_path: Path,
+) -> None:
+    source, plan = calc_plan(tmp_path)
+    before = fingerprint(source)
+    for inside in (source / "records", source / ".git" / "records"):
+        done = plan_cli(*run_args(plan, source, "--output-dir", str(inside)), cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert "inside the source repo" in done.stderr and "--output-dir" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert not inside.exists()
+    assert fingerprint(source) == before
+    assert not (dirs.state_dir() / "plans" / "plans.sqlite").exists()
+
+
 def test_the_users_gc_cannot_break_a_plan_and_an_item_without_cmd_says_dod_none(
     tmp_path: Path,
 ) -> None:
