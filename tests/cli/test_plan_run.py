@@ -93,6 +93,13 @@ def test_export_refuses_a_branch_with_a_foreign_commit(tmp_path: Path) -> None:
     assert "did not make" in refused.stderr + refused.stdout
     assert git(source, "rev-parse", "theirs") == old
 
+    before = fingerprint(source)
+    for inside in (source / "patches", source / ".git" / "patches"):  # the source is only read
+        refused = plan_cli("export", status["plan_id"], "--patches", str(inside))
+        assert refused.returncode == 2 and "inside the source repo" in refused.stderr
+        assert "Traceback" not in refused.stderr and not inside.exists()
+    assert fingerprint(source) == before
+
 
 def test_an_item_that_changes_nothing_is_unchanged(tmp_path: Path) -> None:
     source = calc_source(tmp_path)
