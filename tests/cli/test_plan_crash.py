@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from code_runner import dirs
-from code_runner.plans.lock import CRASH_AT_ENV
+from code_runner.plans.lock import CRASH_AT_ENV, CRASH_SIGNAL_ENV
 from tests.helpers.git import git
 from tests.helpers.plan_runs import (
     FIXED,
@@ -37,6 +37,7 @@ from tests.helpers.plan_runs import (
     run_plan,
     runner_git,
     shell,
+    status_of,
     wait_for_process,
     write_plan,
     write_script,
@@ -204,3 +205,35 @@ def test_sigkill_during_export_then_recovery_leaves_the_target_whole(
     assert [e["state"] for e in result["exports"]] == [e["state"] for e in final["exports"]]
     kinds = [e["kind"] for e in events(record)]
     assert kinds.count("export_recovered") == 4 and kinds.count("export_finished") == 2
+
+
+def test_a_stop_during_the_commit_discards_it_and_resume_commits_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM right after P2's commit object and ref exist, before the store publishes
+    it: the attempt ends `cancelled`, its ref is deleted at once, the head stays at P1."""
+    source, plan = calc_plan(tmp_path, 2)
+    before = fingerprint(source)
+    monkeypatch.setenv(CRASH_AT_ENV, "P2:committed")
+    monkeypatch.setenv(CRASH_SIGNAL_ENV, "SIGTERM")
+    done = plan_cli(*run_args(plan, source, "--json"), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    stopped = json.loads(done.stdout)
+    p1, p2 = stopped["items"]
+    assert stopped["status"] == "paused" and stopped["head"] == p1["commit"]
+    attempt = p2["attempts"][0]
+    assert (attempt["state"], attempt["reason"]) == ("cancelled", "Stopped by shutdown.")
+    assert p2["commit"] is None
+    refs = runner_git(stopped["plan_id"], "for-each-ref", "--format=%(refname)",
+                      "refs/code-runner/attempts")  # fmt: skip
+    assert attempt["id"] not in refs and p1["attempts"][0]["id"] in refs
+    _clean(stopped["plan_id"], source, before)
+
+    monkeypatch.delenv(CRASH_AT_ENV)
+    final = status_of(plan_cli("resume", stopped["plan_id"], "--json").stdout)
+    assert final["status"] == "done"
+    chain = runner_git(final["plan_id"], "rev-list", final["head"]).split()
+    assert len(chain) == 3 and chain[1] == p1["commit"]  # P2 committed once, onto P1
+    assert [a["state"] for a in final["items"][1]["attempts"]] == ["cancelled", "completed"]
+    _clean(final["plan_id"], source, before)

@@ -13,6 +13,7 @@ import pytest
 
 from code_runner import dirs
 from code_runner.plans.item import is_protected
+from tests.helpers.git import git
 from tests.helpers.plan_runs import (
     FIXED,
     PY,
@@ -104,6 +105,9 @@ def test_scope_pause_amend_then_approve_continue(tmp_path: Path) -> None:
     done = plan_cli("amend", plan_id, str(amended), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["revision"] == 2
+    assert "unapproved" not in json.loads(done.stdout)  # approved when the plan was run
+    text = plan_cli("amend", plan_id, str(amended))  # a person's view: the replay
+    assert "not approved" not in text.stderr, text.stderr
     replay = plan_cli("amend", plan_id, str(amended), "--json")
     assert json.loads(replay.stdout)["replayed"]  # no third revision
     go = plan_cli("approve", plan_id, "--continue", "--json")
@@ -113,6 +117,38 @@ def test_scope_pause_amend_then_approve_continue(tmp_path: Path) -> None:
     assert final["status"] == "done" and final["revision"] == 2
     assert final["items"][0]["commit"] == status["items"][0]["commit"]  # adopted, not rerun
     assert final["items"][1]["state"] == "committed"
+
+
+def test_approve_redo_moves_the_head_back_and_the_old_commit_is_never_exported(
+    tmp_path: Path,
+) -> None:
+    source = calc_source(tmp_path)
+    before = fingerprint(source)
+    plan = write_plan(tmp_path, plan_item(1, "Fix add", [("calc.py", "edit")]))
+    write_script(tmp_path, "P1", [put("calc.py", FIXED), put("notes.txt", "why\n")])
+    _, status = run_plan(plan, source, code=1)
+    plan_id, old = status["plan_id"], status["items"][0]["commit"]
+    assert status["status"] == "needs_amendment" and old
+
+    redo = plan_cli("approve", plan_id, "--redo", "--json")
+    assert redo.returncode == 0, redo.stderr
+    row = plan_status(plan_id)
+    assert row["head"] == row["base"] and row["items"][0]["commit"] is None
+    nothing = plan_cli("export", plan_id, "--branch", "plan/out")
+    assert nothing.returncode == 2 and "Traceback" not in nothing.stderr
+    assert git(source, "branch", "--list", "plan/out") == ""
+
+    write_script(tmp_path, "P1", [put("calc.py", FIXED)])  # the rerun stays in scope
+    final = status_of(plan_cli("resume", plan_id, "--json").stdout)
+    new = final["items"][0]["commit"]
+    assert final["status"] == "done" and new not in (None, old)
+    assert fingerprint(source) == before  # only read until the export
+    exported = plan_cli("export", plan_id, "--branch", "plan/out")
+    assert exported.returncode == 0, exported.stderr
+    history = git(source, "rev-list", "plan/out").split()
+    assert history[0] == new and old not in history
+    assert "notes.txt" not in git(source, "ls-tree", "-r", "--name-only", "plan/out")
+    assert git(source, "status", "--porcelain") == ""
 
 
 def test_stop_then_resume_and_a_second_run_is_refused_before_writing(tmp_path: Path) -> None:

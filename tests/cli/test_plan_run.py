@@ -93,6 +93,13 @@ def test_export_refuses_a_branch_with_a_foreign_commit(tmp_path: Path) -> None:
     assert "did not make" in refused.stderr + refused.stdout
     assert git(source, "rev-parse", "theirs") == old
 
+    before = fingerprint(source)
+    for inside in (source / "patches", source / ".git" / "patches"):  # the source is only read
+        refused = plan_cli("export", status["plan_id"], "--patches", str(inside))
+        assert refused.returncode == 2 and "inside the source repo" in refused.stderr
+        assert "Traceback" not in refused.stderr and not inside.exists()
+    assert fingerprint(source) == before
+
 
 def test_an_item_that_changes_nothing_is_unchanged(tmp_path: Path) -> None:
     source = calc_source(tmp_path)
@@ -191,6 +198,21 @@ def test_unapproved_command_does_not_start(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--allow-cmd" in done.stderr and "P1:" in done.stderr
     assert "Traceback" not in done.stderr
+    assert not (dirs.state_dir() / "plans" / "plans.sqlite").exists()
+
+
+def test_an_output_dir_inside_the_source_is_refused_before_anything_is_created(
+    tmp_path: Path,
+) -> None:
+    source, plan = calc_plan(tmp_path)
+    before = fingerprint(source)
+    for inside in (source / "records", source / ".git" / "records"):
+        done = plan_cli(*run_args(plan, source, "--output-dir", str(inside)), cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert "inside the source repo" in done.stderr and "--output-dir" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert not inside.exists()
+    assert fingerprint(source) == before
     assert not (dirs.state_dir() / "plans" / "plans.sqlite").exists()
 
 

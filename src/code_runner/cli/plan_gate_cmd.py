@@ -16,7 +16,13 @@ from code_runner.errors import SpecError, UsageError
 from code_runner.plans import actions as acts
 from code_runner.plans import read_base_tree, user_approvals, validate_data, validate_file
 from code_runner.plans.commands import show_argv
-from code_runner.plans.control import refresh_views, resume, tell_run, wait_settled
+from code_runner.plans.control import (
+    plan_approvals,
+    refresh_views,
+    resume,
+    tell_run,
+    wait_settled,
+)
 from code_runner.plans.edits import apply_edits, read_edits
 from code_runner.plans.model import canonical_sha256
 from code_runner.plans.store import PlanStore
@@ -179,7 +185,7 @@ def amend_command(
         plan_id = store.find_plan(plan)
         row = store.plan(plan_id)
         tree = read_base_tree(Path(row["source_dir"]), row["base"])
-        approvals = user_approvals(allow_cmd)
+        approvals = plan_approvals(store, plan_id, user_approvals(allow_cmd))
         extra: dict[str, Any] = {}
         expect: int | None
         if edits_file is not None:

@@ -84,13 +84,18 @@ def stored_settings(row: Any) -> dict[str, Any]:
     return data
 
 
+def plan_approvals(store: PlanStore, plan_id: str, given: Approvals) -> Approvals:
+    """The approvals saved at the plan's import plus the user's current ones."""
+    saved = [tuple(entry) for entry in stored_settings(store.plan(plan_id)).get("approved", [])]
+    return Approvals(
+        tuple(dict.fromkeys([*given.entries, *saved])), (*given.origins, "the plan's import")
+    )
+
+
 def resume_approvals(store: PlanStore, plan_id: str, given: Approvals) -> Approvals:
     """The approvals saved at import plus the user's current ones; every argv of the
     current revision must be among them, or the plan does not resume (exit 2)."""
-    saved = [tuple(entry) for entry in stored_settings(store.plan(plan_id)).get("approved", [])]
-    approvals = Approvals(
-        tuple(dict.fromkeys([*given.entries, *saved])), (*given.origins, "the plan's import")
-    )
+    approvals = plan_approvals(store, plan_id, given)
     missing = [
         f"{item.id}: {show_argv(argv)}"
         for item in store.revision(plan_id).items

@@ -35,7 +35,7 @@ from code_runner.plans.lock import crash_point, plan_lock
 from code_runner.plans.model import Plan
 from code_runner.plans.outcome import Outcome
 from code_runner.plans.projection import read_base_tree
-from code_runner.plans.recovery import RUN_ID_FILE, recover_plan
+from code_runner.plans.recovery import RUN_ID_FILE, drop_attempt_refs, recover_plan
 from code_runner.plans.report import emit, record_dir, write_views
 from code_runner.plans.runner_repo import (
     RunnerRepo,
@@ -50,6 +50,7 @@ from code_runner.record import Reason
 from code_runner.repo import git, snapshot
 from code_runner.runner import Preflight, run_task
 from code_runner.sandbox import decide
+from code_runner.task import output_dir_problems
 
 NO_BUDGET_S = 1e9  # no --budget: the plan's clock never runs out
 MIN_ITEM_TIMEOUT_S = 1.0
@@ -107,6 +108,12 @@ def run_plan(
 ) -> dict[str, Any]:
     plan, base_sha = load_plan(plan_file, source_dir, base, approvals)
     source = git.open_source(source_dir)
+    if settings.output_dir is not None:
+        for problem in output_dir_problems(settings.output_dir, source):
+            raise UsageError(
+                problem.replace("output_dir: ", "--output-dir ", 1).split("; ")[0] + ".",
+                fix="choose a --output-dir outside the source repo (it is only read).",
+            )
     if settings.tmux:  # refused before anything is created when the backend is no CLI
         first = settings.backend.replace("{item}", plan.items[0].id)
         agent = agents.make_agent(first, base_dir=settings.base_dir, source_dir=source.work_tree)
@@ -229,6 +236,8 @@ class PlanRun:
         self.settling = True
         try:
             settled = self.store.settle(attempt["id"], outcome)
+            if settled.state is not AttemptState.COMPLETED:
+                drop_attempt_refs(self.store, self.plan_id)  # an unpublished commit goes now
         finally:
             self.settling = False
         self.emit(

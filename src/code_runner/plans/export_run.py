@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from code_runner.errors import CodeRunnerError
+from code_runner.errors import CodeRunnerError, UsageError
 from code_runner.plans.export import (
     ExportRequest,
     Link,
@@ -37,6 +37,7 @@ from code_runner.plans.runner_repo import RunnerRepo, runner_repo
 from code_runner.plans.store import PlanStore
 from code_runner.plans.user_action import UNFINISHED, drop_action, run_action
 from code_runner.repo import git
+from code_runner.task import output_dir_problems
 
 if TYPE_CHECKING:
     from code_runner.apply import GitIdentity
@@ -68,6 +69,12 @@ def _export(
     row = store.plan(plan_id)
     source = git.open_source(Path(row["source_dir"]))
     out = record_dir(plan_id, row["settings"])
+    if req.kind == "patches":
+        for problem in output_dir_problems(Path(req.target), source):
+            raise UsageError(
+                problem.replace("output_dir: ", "--patches ", 1).split("; ")[0] + ".",
+                fix="choose a --patches directory outside the source repo (it is only read).",
+            )
     result = run_action(
         store, plan_id, "export", req.to_dict(), begin_export(store, req, []),
         action_id=action_id, target=target_state(req, source), saved_hook=keep_action_id,

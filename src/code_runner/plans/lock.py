@@ -90,14 +90,18 @@ def plan_lock(plan_id: str, what: str = "") -> Iterator[Path]:
 
 
 CRASH_AT_ENV = "CODE_RUNNER_PLAN_CRASH_AT"
+CRASH_SIGNAL_ENV = "CODE_RUNNER_PLAN_CRASH_SIGNAL"
 
 
 def crash_point(item: str, step: str) -> None:
     """Die here by SIGKILL when `CODE_RUNNER_PLAN_CRASH_AT` names this step (`audited`, or
     `P2:audited`): how the crash tests stop the real process at an exact step of an item
-    (admitted, audited, committed) or of an export, to prove recovery."""
+    (admitted, audited, committed) or of an export, to prove recovery.
+    `CODE_RUNNER_PLAN_CRASH_SIGNAL=SIGTERM` sends a stop the process may handle instead."""
     if os.environ.get(CRASH_AT_ENV) in (step, f"{item}:{step}"):
-        os.kill(os.getpid(), signal.SIGKILL)
+        name = os.environ.get(CRASH_SIGNAL_ENV, "SIGKILL")
+        chosen = signal.Signals[name] if name in signal.Signals.__members__ else signal.SIGKILL
+        os.kill(os.getpid(), chosen)
 
 
 def read_lease(plan_id: str, what: str = "") -> dict[str, object] | None:

@@ -7,7 +7,12 @@ rules and the allowlist, and
 """
 
 from code_runner.task.env import DodEnv
-from code_runner.task.loading import MAX_SPEC_BYTES, load_spec, validate_spec_data
+from code_runner.task.loading import (
+    MAX_SPEC_BYTES,
+    load_spec,
+    output_dir_problems,
+    validate_spec_data,
+)
 from code_runner.task.spec import (
     MAX_RUN_TIMEOUT_S,
     DirtyWorktreePolicy,
@@ -25,6 +30,7 @@ __all__ = [
     "DodEnv",
     "TaskSpec",
     "load_spec",
+    "output_dir_problems",
     "spec_json_schema",
     "spec_to_request",
     "validate_spec_data",

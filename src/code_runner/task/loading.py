@@ -145,6 +145,12 @@ def _repo_problems(cwd: Path, base: object, roots: list[Path]) -> list[str]:
     return []
 
 
+def output_dir_problems(output_dir: Path, repo: git.Repo) -> list[str]:
+    """An output directory inside `repo` (its work tree or git dir), or not a directory."""
+    roots = [_realpath(root) for root in (repo.work_tree, repo.git_dir) if root is not None]
+    return _output_dir_problems(output_dir, [root for root in roots if root is not None])
+
+
 def _output_dir_problems(output_dir: Path, roots: list[Path]) -> list[str]:
     real = _realpath(output_dir)
     if real is None:
