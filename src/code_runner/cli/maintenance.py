@@ -195,11 +195,16 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
     saved, attempts settled, owed pauses and findings paid."""
     from code_runner.plans.recovery import recover_all
 
-    plans = recover_all(dry_run=dry_run)  # first: it saves the partial patches gc removes
+    plans_problem: CodeRunnerError | None = None
+    try:  # first: it saves the partial patches gc removes
+        plans = recover_all(dry_run=dry_run)
+    except CodeRunnerError as exc:  # a broken plan store must not keep the rest uncleaned
+        plans, plans_problem = [], exc
     removed = gc.collect(dry_run=dry_run)
     repaired = gc.repair_applies(dry_run=dry_run)
     orphans = monitor.collect_orphans(dry_run=dry_run)
     stuck = any(r.action == "needs you" for r in repaired)
+    code = plans_problem.exit_code if plans_problem else 3 if stuck else 0
     if as_json:
         render.print_json(
             {
@@ -208,11 +213,12 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
                 "repaired": [r.to_dict() for r in repaired],
                 "experiments": [o.to_dict() for o in orphans],
                 "plans": [p.to_dict() for p in plans],
+                "plans_error": _problem(plans_problem),
             }
         )
-        return 3 if stuck else 0
+        return code
     out = render.console()
-    if not removed and not repaired and not orphans and not plans:
+    if not removed and not repaired and not orphans and not plans and not plans_problem:
         out.print("nothing to clean up")
     for done in plans:
         what = done.skipped or f"settled {len(done.settled)} attempt(s)"
@@ -231,7 +237,15 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
             out.print(f"  killed leftover processes: {', '.join(map(str, item.killed_pids))}")
         if item.record_marked:
             out.print(f"  marked {item.record_marked} abandoned")
-    return 3 if stuck else 0
+    if plans_problem:
+        render.console(stderr=True).print(
+            f"plans were not recovered: {plans_problem.render()}", markup=False
+        )
+    return code
+
+
+def _problem(exc: CodeRunnerError | None) -> dict[str, Any] | None:
+    return None if exc is None else {"message": exc.message, "fix": exc.fix}
 
 
 @click.command("schema")
