@@ -58,3 +58,29 @@ def test_gc_with_a_corrupt_plan_store_still_cleans_up_and_names_the_store(as_jso
             ran.stderr
         )
         assert "Fix: restore it from a plans.sqlite.v*.bak copy" in ran.stderr
+
+
+def test_doctor_names_a_bad_user_config_and_exits_2_after_printing_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Used to: the problem in red among the rest, and exit 0."""
+    user = tmp_path / "config.toml"
+    user.write_text('[backends.mine]\nkind = "openai"\nmodle = "gpt-5"\n')
+    monkeypatch.setenv("CODE_RUNNER_CONFIG", str(user))
+    ran = run_cli("doctor", "--source", str(tmp_path))
+    assert ran.returncode == 2, ran.stderr
+    said = " ".join(ran.stdout.split())  # the console wraps long lines
+    assert f"config problem: {user}: 1 problem:" in said
+    assert "unknown field 'backends.mine.modle'; did you mean 'backends.mine.model'?" in said
+    assert "Fix: correct the file as said above" in said
+    assert "state dir:" in said and "sandbox:" in said  # the rest is still printed
+    assert "doctor found problems" in ran.stderr and "Traceback" not in ran.stderr
+    shown = run_cli("doctor", "--json", "--source", str(tmp_path))
+    assert shown.returncode == 2, shown.stderr
+    report = json.loads(shown.stdout)
+    assert (report["ok"], report["exit_code"]) == (False, 2)
+    assert "backends.mine.modle" in report["model_backends"]["error"]
+    assert report["tools"]["git"]["found"]  # the rest of the report is there
+    user.write_text('[backends.mine]\nkind = "openai"\nmodel = "gpt-5"\napi_key_env = ""\n')
+    fixed = run_cli("doctor", "--json", "--source", str(tmp_path))
+    assert json.loads(fixed.stdout)["exit_code"] == 0 and fixed.returncode == 0, fixed.stderr

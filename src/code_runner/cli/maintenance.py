@@ -43,7 +43,7 @@ def _model_backends(source_dir: Path | None) -> dict[str, Any]:
     try:
         return backend_report(source_dir)
     except CodeRunnerError as exc:
-        return {"config": None, "backends": {}, "error": exc.render()}
+        return {"config": None, "backends": {}, **_config_problem(exc)}
 
 
 def _repo_config(source_dir: Path | None) -> dict[str, Any] | None:
@@ -54,7 +54,7 @@ def _repo_config(source_dir: Path | None) -> dict[str, Any] | None:
         user = config.user_config_file()
         repo = config.repo_config(source_dir, config.read_toml(user)[0] if user.is_file() else {})
     except CodeRunnerError as exc:
-        return {"error": exc.render()}
+        return _config_problem(exc)
     if repo is None:
         return None
     return {
@@ -65,6 +65,25 @@ def _repo_config(source_dir: Path | None) -> dict[str, Any] | None:
         "shadowed": list(repo.shadowed),
         "describe": repo.describe(),
     }
+
+
+def _config_problem(exc: CodeRunnerError) -> dict[str, Any]:
+    """A config file doctor could not use: its problems (file, field) and the exit it owes."""
+    return {
+        "error": f"{exc.message}\nFix: correct the file as said above, then run "
+        "`code-runner doctor` again.",
+        "exit_code": exc.exit_code,
+    }
+
+
+def _exit_code(report: dict[str, Any]) -> int:
+    """3 when a required tool is missing, else the exit a config problem owes, else 0."""
+    if not (report["tools"]["git"]["found"] and report["tools"]["rg"]["found"]):
+        return 3
+    for part in (report["model_backends"], report["repo_config"] or {}):
+        if part.get("error"):
+            return int(part.get("exit_code") or 2)
+    return 0
 
 
 def _agent_clis() -> dict[str, Any]:
@@ -93,7 +112,7 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
     box = _sandbox_report()
     state = dirs.state_dir()
     probe_dir = state if state.exists() else state.parent
-    return {
+    report: dict[str, Any] = {
         "tools": tools,
         "backends": agents.available_backends(),
         "model_backends": _model_backends(source_dir),
@@ -105,8 +124,10 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
         "subreaper": proc.become_subreaper(),
         "sandbox": box,
         "workspace": _workspace_report(bool(box.get("ok"))),
-        "ok": tools["git"]["found"] and tools["rg"]["found"],
     }
+    report["exit_code"] = _exit_code(report)
+    report["ok"] = report["exit_code"] == 0
+    return report
 
 
 def _login_line(found: dict[str, Any]) -> str:
@@ -134,7 +155,7 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
     report = doctor_report(source or Path.cwd())
     if as_json:
         render.print_json(report)
-        return 0 if report["ok"] else 3
+        return int(report["exit_code"])
     out = render.console()
     for name, info in report["tools"].items():
         mark = "[green]ok[/]" if info["found"] else "[red]missing[/]"
@@ -175,7 +196,12 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
     for name, how in box["limits"].items():
         out.print(f"  {name}: {how}")
     out.print(_workspace_line(report["workspace"]))
-    return 0 if report["ok"] else 3
+    if report["exit_code"]:
+        render.console(stderr=True).print(
+            "doctor found problems (marked above); fix them and run `code-runner doctor` again.",
+            markup=False,
+        )
+    return int(report["exit_code"])
 
 
 def _workspace_line(ws: dict[str, str]) -> str:
