@@ -11,7 +11,7 @@ import click
 
 import code_runner.cli.render as render
 from code_runner import proc, runner, workspace
-from code_runner.errors import SafetyViolation
+from code_runner.errors import RunTimeout, SafetyViolation
 from code_runner.record import Reason, RecordPaths
 from code_runner.repo import snapshot
 from code_runner.task import load_spec
@@ -56,7 +56,7 @@ def run_command(
     tmux: bool | None,
     interactive: bool,
 ) -> int:
-    """Run a task spec; exit 0 iff the DoD passed on the patch.
+    """Run a task spec; exit 0 iff the DoD passed on the patch, 124 when its timeout_s cut it.
 
     The agent works in a disposable checkout; the source repo stays byte-identical.
     The patch and the full record land in the spec's output_dir. `code-runner stop
@@ -100,6 +100,8 @@ def run_command(
         return 0
     if result.reason is Reason.DOD_CANNOT_START:
         return 3  # a preflight error: the DoD's environment, not the agent's work
+    if result.reason is Reason.RUN_TIMEOUT:
+        return RunTimeout.exit_code  # as `exec` and timeout(1): the run's own limit cut it
     return 130 if result.interrupted else 1
 
 
