@@ -54,9 +54,7 @@ def test_gc_with_a_corrupt_plan_store_still_cleans_up_and_names_the_store(as_jso
         assert "plans.sqlite.v*.bak" in report["plans_error"]["fix"]
     else:
         assert f"removed {leftover}" in ran.stdout
-        assert f"plans were not recovered: the plan store {store} cannot be opened" in (
-            ran.stderr
-        )
+        assert f"plans were not recovered: the plan store {store} cannot be opened" in (ran.stderr)
         assert "Fix: restore it from a plans.sqlite.v*.bak copy" in ran.stderr
 
 

@@ -155,7 +155,17 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
     report = doctor_report(source or Path.cwd())
     if as_json:
         render.print_json(report)
-        return int(report["exit_code"])
+    else:
+        _print_doctor(report)
+    if report["exit_code"] and not as_json:
+        render.console(stderr=True).print(
+            "doctor found problems (marked above); fix them and run `code-runner doctor` again.",
+            markup=False,
+        )
+    return int(report["exit_code"])
+
+
+def _print_doctor(report: dict[str, Any]) -> None:
     out = render.console()
     for name, info in report["tools"].items():
         mark = "[green]ok[/]" if info["found"] else "[red]missing[/]"
@@ -196,12 +206,6 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
     for name, how in box["limits"].items():
         out.print(f"  {name}: {how}")
     out.print(_workspace_line(report["workspace"]))
-    if report["exit_code"]:
-        render.console(stderr=True).print(
-            "doctor found problems (marked above); fix them and run `code-runner doctor` again.",
-            markup=False,
-        )
-    return int(report["exit_code"])
 
 
 def _workspace_line(ws: dict[str, str]) -> str:
@@ -242,9 +246,20 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
                 "plans_error": _problem(plans_problem),
             }
         )
-        return code
+    else:
+        _print_gc(dry_run, plans, removed, repaired, orphans)
+    if plans_problem and not as_json:
+        render.console(stderr=True).print(
+            f"plans were not recovered: {plans_problem.render()}", markup=False
+        )
+    return code
+
+
+def _print_gc(
+    dry_run: bool, plans: list[Any], removed: list[Any], repaired: list[Any], orphans: list[Any]
+) -> None:
     out = render.console()
-    if not removed and not repaired and not orphans and not plans and not plans_problem:
+    if not removed and not repaired and not orphans and not plans:
         out.print("nothing to clean up")
     for done in plans:
         what = done.skipped or f"settled {len(done.settled)} attempt(s)"
@@ -263,11 +278,6 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
             out.print(f"  killed leftover processes: {', '.join(map(str, item.killed_pids))}")
         if item.record_marked:
             out.print(f"  marked {item.record_marked} abandoned")
-    if plans_problem:
-        render.console(stderr=True).print(
-            f"plans were not recovered: {plans_problem.render()}", markup=False
-        )
-    return code
 
 
 def _problem(exc: CodeRunnerError | None) -> dict[str, Any] | None:

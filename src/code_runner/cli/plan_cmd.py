@@ -14,6 +14,7 @@ from code_runner.errors import PreflightError
 from code_runner.plans import (
     BaseTree,
     Validation,
+    check_source,
     plan_json_schema,
     read_base_tree,
     user_approvals,
@@ -40,6 +41,7 @@ def plan_group() -> None:
 def _base_tree(source: Path | None, base: str) -> BaseTree | None:
     """The base tree of `--source` (default: the current directory when it is a repo)."""
     if source is not None:
+        check_source(source)
         return read_base_tree(source, base)
     try:
         return read_base_tree(Path.cwd(), base)
@@ -207,6 +209,7 @@ def run_command(
     `plan status`); 2 for an invalid plan or an unapproved command; 3 when it is running."""
     from code_runner.plans.execute import RunSettings, run_plan
 
+    check_source(source)
     settings = RunSettings(
         backend=backend,
         max_rounds=max_rounds,

@@ -12,7 +12,7 @@ import click
 import code_runner.cli.render as render
 from code_runner import proc, runner, workspace
 from code_runner.errors import RunTimeout, SafetyViolation
-from code_runner.record import Reason, RecordPaths
+from code_runner.record import Reason, RecordPaths, RunResult
 from code_runner.repo import snapshot
 from code_runner.task import load_spec
 
@@ -96,6 +96,10 @@ def run_command(
             fix="inspect the source repo with `git status` and `git reflog`; "
             "the run's events.jsonl shows every command the agent ran.",
         )
+    return _exit_code(result)
+
+
+def _exit_code(result: RunResult) -> int:
     if result.passed:
         return 0
     if result.reason is Reason.DOD_CANNOT_START:
