@@ -13,7 +13,7 @@ import pytest
 
 from code_runner import dirs
 from code_runner.plans.database import store_path
-from tests.helpers.tasks import run_cli
+from tests.helpers.tasks import calc_repo, run_cli, write_task
 
 pytestmark = pytest.mark.integration
 
@@ -82,3 +82,31 @@ def test_doctor_names_a_bad_user_config_and_exits_2_after_printing_everything(
     user.write_text('[backends.mine]\nkind = "openai"\nmodel = "gpt-5"\napi_key_env = ""\n')
     fixed = run_cli("doctor", "--json", "--source", str(tmp_path))
     assert json.loads(fixed.stdout)["exit_code"] == 0 and fixed.returncode == 0, fixed.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "form"),
+    [
+        ("CODE_RUNNER_CHECKOUT_CACHE", "O", "a whole number from 0 to 1000"),
+        ("CODE_RUNNER_CHECKOUT_CACHE", "-1", "a whole number from 0 to 1000"),
+        ("CODE_RUNNER_CLI_IDLE_TIMEOUT_S", "5m", "a number of seconds from 0.5 to 86400"),
+        ("CODE_RUNNER_MIN_INTERVAL_S", "nan", "a number of seconds from 0.01 to 86400"),
+        ("CODE_RUNNER_SANDBOX_RESIDENT", "no", "one of on, off"),
+        ("CODE_RUNNER_WORKSPACE", "clones", "one of auto, clone"),
+        ("CODE_RUNNER_TMUX", "maybe", "one of 1/true/yes/on or 0/false/no/off"),
+    ],
+)
+def test_a_bad_tuning_variable_is_named_with_its_form_and_exit_2(
+    variable: str, value: str, form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Used to: the default put in its place without a word (or, for the CLI idle timeout
+    and tmux, an error about a backend option `idle_timeout_s=`/`tmux=` the user never set)."""
+    monkeypatch.setenv(variable, value)
+    task = write_task(tmp_path, calc_repo(tmp_path), [])
+    for command in (("run", str(task)), ("gc", "--dry-run")):
+        ran = run_cli(*command)
+        assert ran.returncode == 2, (ran.returncode, ran.stderr)
+        assert f"${variable}={value!r} is not {form}." in ran.stderr
+        assert f"Fix: set {variable} to {form}, or unset it for the default." in ran.stderr
+        assert "Traceback" not in ran.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was created
