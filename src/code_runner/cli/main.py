@@ -61,8 +61,7 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "gc": Lazy(
         "code_runner.cli.maintenance:gc_command",
-        "Remove workspaces left by killed runs and mark their records abandoned; repair "
-        "patches a killed apply left half-applied in a source (from the apply journal).",
+        "Clean up after killed runs: workspaces, half-applied patches, plans, experiments.",
     ),
     "plan": Lazy(
         "code_runner.cli.plan_cmd:plan_group",

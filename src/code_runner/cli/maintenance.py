@@ -144,14 +144,17 @@ def _login_line(found: dict[str, Any]) -> str:
 
 
 @click.command("doctor")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--source",
     type=click.Path(path_type=Path, file_okay=False),
     help="Source repo whose code-runner.toml to read (default: the current directory).",
 )
 def doctor_command(as_json: bool, source: Path | None) -> int:
-    """Check the machine: tools, backends, which credentials are set (by name only)."""
+    """Check the machine: tools, backends, which credentials are set (by name only).
+
+    Exit 0 when all is usable; 2 when a config file has problems (each named with its file and
+    field); 3 when git or rg is missing. Everything is printed either way."""
     report = doctor_report(source or Path.cwd())
     if as_json:
         render.print_json(report)
@@ -216,13 +219,16 @@ def _workspace_line(ws: dict[str, str]) -> str:
 
 @click.command("gc")
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 def gc_command(dry_run: bool, as_json: bool) -> int:
-    """Remove workspaces left by killed runs and mark their records abandoned; repair
-    patches a killed apply left half-applied in a source (from the apply journal).
+    """Clean up after killed runs: workspaces, half-applied patches, plans, experiments.
 
-    First, plans whose run died are recovered: their processes killed, partial patches
-    saved, attempts settled, owed pauses and findings paid."""
+    Workspaces left by killed runs are removed and their records marked abandoned; a patch a
+    killed apply left half-applied in a source is repaired (from the apply journal). First,
+    plans whose run died are recovered: their processes killed, partial patches
+    saved, attempts settled, owed pauses and findings paid. Exit 0 when all is clean; 3 when a
+    half-applied patch needs you; 5 when the plan store cannot be read (the rest is still
+    cleaned up)."""
     from code_runner.plans.recovery import recover_all
 
     plans_problem: CodeRunnerError | None = None

@@ -56,11 +56,12 @@ def run_command(
     tmux: bool | None,
     interactive: bool,
 ) -> int:
-    """Run a task spec; exit 0 iff the DoD passed on the patch, 124 when its timeout_s cut it.
+    """Run a task spec; exit 0 iff the DoD passed on the patch.
 
     The agent works in a disposable checkout; the source repo stays byte-identical.
     The patch and the full record land in the spec's output_dir. `code-runner stop
-    OUTPUT_DIR` ends a run cleanly from another terminal.
+    OUTPUT_DIR` ends a run cleanly from another terminal. Exit 1 when the run ended without
+    passing, 124 when the spec's timeout_s cut it, 130 when interrupted.
     """
     task = load_spec(spec_path, overrides=_overrides(max_rounds, backend))
     pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
