@@ -24,15 +24,14 @@ def state_dir() -> Path:
         base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
         path = (base / "code-runner").resolve()
         named = f"$XDG_STATE_HOME ({xdg})" if xdg else "the default"
-    if path.is_dir():
-        return path
     fix = f"point ${STATE_ENV} at a directory code-runner may create and own"
-    if path.exists():
-        raise EnvironmentProblem(
-            f"the state dir {path} ({named}) is not a directory.", fix=f"{fix}, or move it away."
-        )
     try:
         path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        # a file (or a dangling link) in the way, at the path or at a parent of it
+        raise EnvironmentProblem(
+            f"the state dir {path} ({named}) is not a directory.", fix=f"{fix}, or move it away."
+        ) from None
     except OSError as exc:
         raise EnvironmentProblem(
             f"the state dir {path} ({named}) cannot be created: {exc.strerror or exc}.",

@@ -244,3 +244,27 @@ def test_the_users_gc_cannot_break_a_plan_and_an_item_without_cmd_says_dod_none(
     assert "Code-Runner-DoD: none" in body and "Plan-Item: P2" in body
     record = Path(final["items"][0]["attempts"][0]["record_dir"]).parents[2]
     assert "| none |" in (record / "plan.md").read_text()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "missing", "plain dir"])
+def test_a_source_that_is_no_git_directory_is_named_as_source(tmp_path: Path, kind: str) -> None:
+    """Used to: "cwd ... is not a directory. Fix: set `cwd` in the task spec" (exit 3) for
+    `--source FIFO`, words about a task spec the user never wrote."""
+    _, plan = calc_plan(tmp_path)
+    given = tmp_path / "given"
+    if kind == "fifo":
+        os.mkfifo(given)
+    elif kind == "plain dir":
+        given.mkdir()
+    for command in (run_args(plan, given), ["validate", str(plan), "--source", str(given)]):
+        done = plan_cli(*command, cwd=plan.parent)
+        said = {
+            "fifo": f"--source {given} is a FIFO, not a directory or git repository.",
+            "missing": f"--source {given} does not exist.",
+            "plain dir": f"--source {given} is a directory but not in a git repository",
+        }[kind]
+        assert said in done.stderr, done.stderr
+        assert "Fix: pass --source the root of" in done.stderr
+        assert "cwd" not in done.stderr and "Traceback" not in done.stderr
+        assert done.returncode == (3 if kind == "plain dir" else 2), done.stderr
+    assert not dirs.workspaces_dir().exists() or not any(dirs.workspaces_dir().iterdir())

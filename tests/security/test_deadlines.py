@@ -109,6 +109,7 @@ def test_a_cli_round_that_starts_just_before_the_timeout_ends_at_it(tmp_path: Pa
     rounds = [e for e in found if e["kind"] == "cli_finished"]
     result = json.loads((tmp_path / "out/fix-calc.result.json").read_text())
     held("cli deadline: recorded as a timeout", result["reason"] == "run_timeout", ran.stderr)
+    held("cli deadline: exit 124, as the help says", ran.returncode == 124, ran.returncode)
     # the late round's limit is the time left (under a second here), never a minimum of 1 s
     limits = [float(re.findall(r"longer than ([0-9.]+) s", e["detail"])[0]) for e in rounds[1:]]
     late = [limit for limit in limits if limit >= 1.0]

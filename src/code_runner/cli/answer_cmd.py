@@ -35,7 +35,7 @@ from code_runner.monitor.answers import request_answer, wait_for_outcome
     show_default=True,
     help="Seconds to wait for the monitor to act (0: do not wait).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def answer_command(
     run_dir: Path, option: str, settings: str, alert: str | None, wait_s: float, as_json: bool
 ) -> int:

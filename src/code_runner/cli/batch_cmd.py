@@ -66,7 +66,13 @@ def _sweep_summary(lines: tuple[dict[str, Any], ...]) -> str:
 
 @click.command("batch")
 @click.argument("items_path", metavar="ITEMS", type=click.Path(path_type=Path, exists=True))
-@click.option("--engine", type=click.Choice(batch.ENGINES), default="local", show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(batch.ENGINES),
+    default="local",
+    show_default=True,
+    help="Where the items run: slots on this machine, or a Ray cluster.",
+)
 @click.option(
     "--slots",
     type=click.IntRange(1, 256),

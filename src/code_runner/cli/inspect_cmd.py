@@ -79,8 +79,14 @@ def _usage_said(usage: object) -> str:
 
 @click.command("status")
 @click.argument("target", type=click.Path(path_type=Path))
-@click.option("--tail-events", type=click.IntRange(0, 10_000), default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--tail-events",
+    type=click.IntRange(0, 10_000),
+    default=0,
+    show_default=True,
+    help="Also show the run's last N events.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status_command(target: Path, tail_events: int, as_json: bool) -> int:
     """Show a run's state (TARGET: output dir, status.json or result.json).
 
@@ -108,7 +114,13 @@ def status_command(target: Path, tail_events: int, as_json: bool) -> int:
 
 @click.command("watch")
 @click.argument("target", type=click.Path(path_type=Path))
-@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between looks at the record.",
+)
 @click.option(
     "--timeout",
     "timeout_s",
@@ -202,7 +214,7 @@ def _watch_experiment(run_dir: Path, interval: float, timeout_s: float) -> int:
 
 @click.command("result")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def result_command(file: Path, as_json: bool) -> int:
     """Show a result file (or an output dir's); exit 0 iff dod_passed.
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import click
 from click.utils import make_default_short_help
 
-from code_runner import __version__
+from code_runner import __version__, tuning
 from code_runner.cli.boundary import entry
 
 
@@ -61,8 +61,7 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "gc": Lazy(
         "code_runner.cli.maintenance:gc_command",
-        "Remove workspaces left by killed runs and mark their records abandoned; repair "
-        "patches a killed apply left half-applied in a source (from the apply journal).",
+        "Clean up after killed runs: workspaces, half-applied patches, plans, experiments.",
     ),
     "plan": Lazy(
         "code_runner.cli.plan_cmd:plan_group",
@@ -153,6 +152,7 @@ def cli() -> None:
     Exit codes: 0 success, 1 ran but did not pass, 2 bad input, 3 environment,
     4 safety violation, 5 bad record, 70 internal error, 124 timeout, 130 interrupted.
     """
+    tuning.check_all()  # a bad CODE_RUNNER_* value stops every command before it creates anything
 
 
 main = entry(cli)

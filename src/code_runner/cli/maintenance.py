@@ -43,7 +43,7 @@ def _model_backends(source_dir: Path | None) -> dict[str, Any]:
     try:
         return backend_report(source_dir)
     except CodeRunnerError as exc:
-        return {"config": None, "backends": {}, "error": exc.render()}
+        return {"config": None, "backends": {}, **_config_problem(exc)}
 
 
 def _repo_config(source_dir: Path | None) -> dict[str, Any] | None:
@@ -54,7 +54,7 @@ def _repo_config(source_dir: Path | None) -> dict[str, Any] | None:
         user = config.user_config_file()
         repo = config.repo_config(source_dir, config.read_toml(user)[0] if user.is_file() else {})
     except CodeRunnerError as exc:
-        return {"error": exc.render()}
+        return _config_problem(exc)
     if repo is None:
         return None
     return {
@@ -65,6 +65,25 @@ def _repo_config(source_dir: Path | None) -> dict[str, Any] | None:
         "shadowed": list(repo.shadowed),
         "describe": repo.describe(),
     }
+
+
+def _config_problem(exc: CodeRunnerError) -> dict[str, Any]:
+    """A config file doctor could not use: its problems (file, field) and the exit it owes."""
+    return {
+        "error": f"{exc.message}\nFix: correct the file as said above, then run "
+        "`code-runner doctor` again.",
+        "exit_code": exc.exit_code,
+    }
+
+
+def _exit_code(report: dict[str, Any]) -> int:
+    """3 when a required tool is missing, else the exit a config problem owes, else 0."""
+    if not (report["tools"]["git"]["found"] and report["tools"]["rg"]["found"]):
+        return 3
+    for part in (report["model_backends"], report["repo_config"] or {}):
+        if part.get("error"):
+            return int(part.get("exit_code") or 2)
+    return 0
 
 
 def _agent_clis() -> dict[str, Any]:
@@ -93,7 +112,7 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
     box = _sandbox_report()
     state = dirs.state_dir()
     probe_dir = state if state.exists() else state.parent
-    return {
+    report: dict[str, Any] = {
         "tools": tools,
         "backends": agents.available_backends(),
         "model_backends": _model_backends(source_dir),
@@ -105,8 +124,10 @@ def doctor_report(source_dir: Path | None = None) -> dict[str, Any]:
         "subreaper": proc.become_subreaper(),
         "sandbox": box,
         "workspace": _workspace_report(bool(box.get("ok"))),
-        "ok": tools["git"]["found"] and tools["rg"]["found"],
     }
+    report["exit_code"] = _exit_code(report)
+    report["ok"] = report["exit_code"] == 0
+    return report
 
 
 def _login_line(found: dict[str, Any]) -> str:
@@ -123,18 +144,31 @@ def _login_line(found: dict[str, Any]) -> str:
 
 
 @click.command("doctor")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--source",
     type=click.Path(path_type=Path, file_okay=False),
     help="Source repo whose code-runner.toml to read (default: the current directory).",
 )
 def doctor_command(as_json: bool, source: Path | None) -> int:
-    """Check the machine: tools, backends, which credentials are set (by name only)."""
+    """Check the machine: tools, backends, which credentials are set (by name only).
+
+    Exit 0 when all is usable; 2 when a config file has problems (each named with its file and
+    field); 3 when git or rg is missing. Everything is printed either way."""
     report = doctor_report(source or Path.cwd())
     if as_json:
         render.print_json(report)
-        return 0 if report["ok"] else 3
+    else:
+        _print_doctor(report)
+    if report["exit_code"] and not as_json:
+        render.console(stderr=True).print(
+            "doctor found problems (marked above); fix them and run `code-runner doctor` again.",
+            markup=False,
+        )
+    return int(report["exit_code"])
+
+
+def _print_doctor(report: dict[str, Any]) -> None:
     out = render.console()
     for name, info in report["tools"].items():
         mark = "[green]ok[/]" if info["found"] else "[red]missing[/]"
@@ -175,7 +209,6 @@ def doctor_command(as_json: bool, source: Path | None) -> int:
     for name, how in box["limits"].items():
         out.print(f"  {name}: {how}")
     out.print(_workspace_line(report["workspace"]))
-    return 0 if report["ok"] else 3
 
 
 def _workspace_line(ws: dict[str, str]) -> str:
@@ -186,20 +219,28 @@ def _workspace_line(ws: dict[str, str]) -> str:
 
 @click.command("gc")
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 def gc_command(dry_run: bool, as_json: bool) -> int:
-    """Remove workspaces left by killed runs and mark their records abandoned; repair
-    patches a killed apply left half-applied in a source (from the apply journal).
+    """Clean up after killed runs: workspaces, half-applied patches, plans, experiments.
 
-    First, plans whose run died are recovered: their processes killed, partial patches
-    saved, attempts settled, owed pauses and findings paid."""
+    Workspaces left by killed runs are removed and their records marked abandoned; a patch a
+    killed apply left half-applied in a source is repaired (from the apply journal). First,
+    plans whose run died are recovered: their processes killed, partial patches
+    saved, attempts settled, owed pauses and findings paid. Exit 0 when all is clean; 3 when a
+    half-applied patch needs you; 5 when the plan store cannot be read (the rest is still
+    cleaned up)."""
     from code_runner.plans.recovery import recover_all
 
-    plans = recover_all(dry_run=dry_run)  # first: it saves the partial patches gc removes
+    plans_problem: CodeRunnerError | None = None
+    try:  # first: it saves the partial patches gc removes
+        plans = recover_all(dry_run=dry_run)
+    except CodeRunnerError as exc:  # a broken plan store must not keep the rest uncleaned
+        plans, plans_problem = [], exc
     removed = gc.collect(dry_run=dry_run)
     repaired = gc.repair_applies(dry_run=dry_run)
     orphans = monitor.collect_orphans(dry_run=dry_run)
     stuck = any(r.action == "needs you" for r in repaired)
+    code = plans_problem.exit_code if plans_problem else 3 if stuck else 0
     if as_json:
         render.print_json(
             {
@@ -208,9 +249,21 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
                 "repaired": [r.to_dict() for r in repaired],
                 "experiments": [o.to_dict() for o in orphans],
                 "plans": [p.to_dict() for p in plans],
+                "plans_error": _problem(plans_problem),
             }
         )
-        return 3 if stuck else 0
+    else:
+        _print_gc(dry_run, plans, removed, repaired, orphans)
+    if plans_problem and not as_json:
+        render.console(stderr=True).print(
+            f"plans were not recovered: {plans_problem.render()}", markup=False
+        )
+    return code
+
+
+def _print_gc(
+    dry_run: bool, plans: list[Any], removed: list[Any], repaired: list[Any], orphans: list[Any]
+) -> None:
     out = render.console()
     if not removed and not repaired and not orphans and not plans:
         out.print("nothing to clean up")
@@ -231,7 +284,10 @@ def gc_command(dry_run: bool, as_json: bool) -> int:
             out.print(f"  killed leftover processes: {', '.join(map(str, item.killed_pids))}")
         if item.record_marked:
             out.print(f"  marked {item.record_marked} abandoned")
-    return 3 if stuck else 0
+
+
+def _problem(exc: CodeRunnerError | None) -> dict[str, Any] | None:
+    return None if exc is None else {"message": exc.message, "fix": exc.fix}
 
 
 @click.command("schema")

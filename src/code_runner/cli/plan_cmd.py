@@ -14,6 +14,7 @@ from code_runner.errors import PreflightError
 from code_runner.plans import (
     BaseTree,
     Validation,
+    check_source,
     plan_json_schema,
     read_base_tree,
     user_approvals,
@@ -40,6 +41,7 @@ def plan_group() -> None:
 def _base_tree(source: Path | None, base: str) -> BaseTree | None:
     """The base tree of `--source` (default: the current directory when it is a repo)."""
     if source is not None:
+        check_source(source)
         return read_base_tree(source, base)
     try:
         return read_base_tree(Path.cwd(), base)
@@ -140,7 +142,12 @@ _EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
 
 @plan_group.command("run")
 @click.argument("plan_file", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--source", type=click.Path(path_type=Path, file_okay=False), default=Path("."))
+@click.option(
+    "--source",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    help="The git repository the plan is for (default: the current directory).",
+)
 @click.option("--base", default="HEAD", show_default=True, help="The commit P1 starts from.")
 @click.option(
     "--backend",
@@ -148,7 +155,13 @@ _EXIT = {"done": 0, "paused": 1, "ready": 1, "running": 1, "cancelled": 1}
     show_default=True,
     help="The agent backend for every item; `{item}` is replaced by the item id.",
 )
-@click.option("--max-rounds", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="Agent rounds each item may take.",
+)
 @click.option(
     "--item-timeout",
     "item_timeout",
@@ -207,6 +220,7 @@ def run_command(
     `plan status`); 2 for an invalid plan or an unapproved command; 3 when it is running."""
     from code_runner.plans.execute import RunSettings, run_plan
 
+    check_source(source)
     settings = RunSettings(
         backend=backend,
         max_rounds=max_rounds,
@@ -239,7 +253,13 @@ def run_command(
 @click.argument("plan")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("--watch", is_flag=True, help="Print it again at each change until it stops running.")
-@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between looks at the store with --watch.",
+)
 def status_command(plan: str, as_json: bool, watch: bool, interval: float) -> int:
     """Each item of PLAN (an id from `plan list`): state, commit, attempts, findings, next.
 

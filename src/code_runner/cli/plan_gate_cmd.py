@@ -105,7 +105,14 @@ def stop_command(plan: str, wait_s: float, action_id: str | None, as_json: bool)
 @click.command("cancel")
 @click.argument("plan")
 @click.option("--reason", default="", help="Why, for the record.")
-@click.option("--wait", "wait_s", type=click.FloatRange(0, 3600), default=60.0, show_default=True)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, 3600),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for a running item to stop (0: do not wait).",
+)
 @action_id_option
 @json_option
 def cancel_command(
@@ -250,8 +257,19 @@ def _edited(
 @click.command("resume")
 @click.argument("plan")
 @click.option("--backend", default=None, help="The agent backend (default: the one it ran with).")
-@click.option("--max-rounds", type=click.IntRange(1, 20), default=None)
-@click.option("--item-timeout", "item_timeout", type=click.FloatRange(1, 86400), default=None)
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(1, 20),
+    default=None,
+    help="Agent rounds each item may take (default: as the plan's last run, else 3).",
+)
+@click.option(
+    "--item-timeout",
+    "item_timeout",
+    type=click.FloatRange(1, 86400),
+    default=None,
+    help="Seconds each item may run (default: as the plan's last run, else 1800).",
+)
 @click.option("--allow-cmd", "allow_cmd", multiple=True, metavar="ARGV_JSON",
               help="Approve one command, as a JSON list.")  # fmt: skip
 @json_option

@@ -12,8 +12,8 @@ import click
 import code_runner.cli.render as render
 import code_runner.runner.skills as run_skills
 from code_runner import proc, runner, workspace
-from code_runner.errors import SafetyViolation
-from code_runner.record import Reason, RecordPaths
+from code_runner.errors import RunTimeout, SafetyViolation
+from code_runner.record import Reason, RecordPaths, RunResult
 from code_runner.repo import snapshot
 from code_runner.task import load_spec
 
@@ -61,7 +61,8 @@ def run_command(
 
     The agent works in a disposable checkout; the source repo stays byte-identical.
     The patch and the full record land in the spec's output_dir. `code-runner stop
-    OUTPUT_DIR` ends a run cleanly from another terminal.
+    OUTPUT_DIR` ends a run cleanly from another terminal. Exit 1 when the run ended without
+    passing, 124 when the spec's timeout_s cut it, 130 when interrupted.
     """
     task = load_spec(spec_path, overrides=_overrides(max_rounds, backend))
     pre = runner.preflight(task, base_dir=spec_path.resolve().parent)
@@ -97,10 +98,16 @@ def run_command(
             fix="inspect the source repo with `git status` and `git reflog`; "
             "the run's events.jsonl shows every command the agent ran.",
         )
+    return _exit_code(result)
+
+
+def _exit_code(result: RunResult) -> int:
     if result.passed:
         return 0
     if result.reason is Reason.DOD_CANNOT_START:
         return 3  # a preflight error: the DoD's environment, not the agent's work
+    if result.reason is Reason.RUN_TIMEOUT:
+        return RunTimeout.exit_code  # as `exec` and timeout(1): the run's own limit cut it
     return 130 if result.interrupted else 1
 
 

@@ -31,7 +31,13 @@ def _need_web_extra() -> None:
     help="A folder of run records to show (repeatable; default: the current directory).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=8765,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to bind (0: any free one).",
+)
 @click.option("--open", "open_browser", is_flag=True, help="Open the dashboard in a browser.")
 def serve_command(runs: tuple[Path, ...], host: str, port: int, open_browser: bool) -> int:
     """Serve a web dashboard of the runs under --runs (task runs, exec runs, plans).

@@ -79,7 +79,7 @@ def _alive(pid: object) -> bool:
     show_default=True,
     help="Seconds to wait for the run to finish its record (0: do not wait).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def stop_command(run_dir: Path, wait_s: float, as_json: bool) -> int:
     """End a running run cleanly from another terminal (any backend).
 
@@ -262,7 +262,7 @@ def finalize_command(run_dir: Path) -> int:
     "runs_root", required=False, default=".", type=click.Path(path_type=Path, exists=False)
 )
 @click.option("--since", help="Only runs started at or after this date (2026-01-31, ISO time).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print every run and the totals as JSON.")
 def summarize_command(runs_root: Path, since: str | None, as_json: bool) -> int:
     """One line per run under RUNS_ROOT (default: .) and totals, for every backend.
 

@@ -12,7 +12,6 @@ Durations accept `90`, `90s`, `30m`, `1h30m`, `1.5h`, `2d`. The check interval m
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -31,7 +30,8 @@ from pydantic import (
     model_validator,
 )
 
-from code_runner.errors import SpecError, UsageError
+from code_runner import tuning
+from code_runner.errors import SpecError
 from code_runner.monitor.criteria import Criterion, parse_criterion
 from code_runner.problems import (
     anchored_path,
@@ -43,7 +43,7 @@ from code_runner.problems import (
 )
 from code_runner.proc import shell_argv
 
-MIN_INTERVAL_ENV = "CODE_RUNNER_MIN_INTERVAL_S"
+MIN_INTERVAL_ENV = tuning.MIN_INTERVAL_ENV
 DEFAULT_MIN_INTERVAL_S = 10.0
 MAX_INTERVAL_S = 300.0
 DEFAULT_TIMEOUT_S = 30 * 60.0
@@ -88,17 +88,8 @@ def parse_duration(value: object) -> float:
 
 def min_interval_s() -> float:
     """The smallest allowed check interval: 10 s unless the test/demo env var lowers it."""
-    raw = os.environ.get(MIN_INTERVAL_ENV)
-    if raw is None or not raw.strip():
-        return DEFAULT_MIN_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise UsageError(
-            f"{MIN_INTERVAL_ENV}={raw!r} is not a number of seconds",
-            fix=f"unset {MIN_INTERVAL_ENV} or set it to a number such as 0.1",
-        ) from None
-    return max(0.01, min(value, DEFAULT_MIN_INTERVAL_S))
+    value = tuning.min_interval_s()
+    return DEFAULT_MIN_INTERVAL_S if value is None else min(value, DEFAULT_MIN_INTERVAL_S)
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]

@@ -8,7 +8,7 @@ command approvals, and the store.
 from code_runner.plans.checks import CommandCheck, Validation, validate_data, validate_file
 from code_runner.plans.commands import Approvals, CommandSyntax, tokenize, user_approvals
 from code_runner.plans.model import Plan, plan_json_schema
-from code_runner.plans.projection import BaseTree, read_base_tree
+from code_runner.plans.projection import BaseTree, check_source, read_base_tree
 
 __all__ = [
     "Approvals",
@@ -17,6 +17,7 @@ __all__ = [
     "CommandSyntax",
     "Plan",
     "Validation",
+    "check_source",
     "plan_json_schema",
     "read_base_tree",
     "tokenize",

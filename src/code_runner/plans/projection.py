@@ -10,12 +10,13 @@ case-insensitive checkouts a patch may later be applied on.
 
 from __future__ import annotations
 
+import stat
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from code_runner.errors import UsageError
+from code_runner.errors import PreflightError, UsageError
 from code_runner.plans.model import DeclaredFile, FileKind, Item
 from code_runner.repo import git
 
@@ -49,6 +50,44 @@ def resolve_base(repo: git.Repo, rev: str) -> str:
             fix="name a branch, tag or commit id that exists (`git log --oneline`).",
         )
     return result.stdout.decode().strip()
+
+
+_SOURCE_FIX = (
+    "pass --source the root of the git repository the plan is for (default: the current directory)."
+)
+_KINDS_OF_PATH = {
+    stat.S_IFREG: "a regular file",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def check_source(source: Path) -> None:
+    """`--source` names a git work tree's directory; otherwise say what it is and what to pass
+    (the task spec's `cwd` wording would point at a file the user never wrote)."""
+    try:
+        mode = source.stat().st_mode
+    except FileNotFoundError:
+        raise UsageError(f"--source {source} does not exist.", fix=_SOURCE_FIX) from None
+    except OSError as exc:
+        raise UsageError(
+            f"--source {source} cannot be read: {exc.strerror or exc}.", fix=_SOURCE_FIX
+        ) from None
+    if not stat.S_ISDIR(mode):
+        kind = _KINDS_OF_PATH.get(stat.S_IFMT(mode), "not a directory")
+        raise UsageError(
+            f"--source {source} is {kind}, not a directory or git repository.", fix=_SOURCE_FIX
+        )
+    try:
+        git.open_source(source)
+    except PreflightError:
+        raise PreflightError(
+            f"--source {source} is a directory but not in a git repository with a work tree.",
+            fix="pass --source the root of a git repository (or `git init` and commit there"
+            " first).",
+        ) from None
 
 
 def read_base_tree(source: Path, rev: str) -> BaseTree:

@@ -12,10 +12,10 @@ command after (`resident`); `Session.wrap` is the argv of a sandbox for one comm
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from code_runner import tuning
 from code_runner.sandbox.cgroups import CgroupSupport, detect
 from code_runner.sandbox.limits import DEFAULT_LIMITS, ResourceLimits
 from code_runner.sandbox.probe import Decision, Probe, decide, probe, run_probe
@@ -63,7 +63,7 @@ def open_session(
         name=name,
         keep_vars=keep_vars,
         identity=identity,
-        resident=resident and os.environ.get(RESIDENT_ENV, "on") != "off",
+        resident=resident and tuning.sandbox_resident(),
     )
 
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from code_runner import proc
+from code_runner import proc, tuning
 from code_runner.sandbox.profile import SYSTEM_BIN_PATH
 
-RESIDENT_ENV = "CODE_RUNNER_SANDBOX_RESIDENT"  # "off": a sandbox per command, as before
+RESIDENT_ENV = tuning.SANDBOX_RESIDENT_ENV  # "off": a sandbox per command, as before
 READY_TIMEOUT_S = 15.0
 _KILL_ANSWER_S = 2.0  # beyond the grace: how long a kill may go unanswered
 _STOP_CHECK_S = 0.5

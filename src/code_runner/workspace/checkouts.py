@@ -21,14 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from code_runner import dirs, files
+from code_runner import dirs, files, tuning
 from code_runner.errors import LockHeld
 from code_runner.files import force_rmtree
 from code_runner.repo import git
 from code_runner.workspace.lease import LOCK_TIMEOUT_S, source_lock
 
-ENTRIES_ENV = "CODE_RUNNER_CHECKOUT_CACHE"
-DEFAULT_ENTRIES = 4
+ENTRIES_ENV = tuning.CHECKOUT_CACHE_ENV
 _SETTLE_INDEX_BYTES = 256 * 1024  # about 3,000 entries
 CHECKOUT = ("checkout", "--quiet", "--no-recurse-submodules", "--detach")
 
@@ -39,10 +38,7 @@ def cache_dir() -> Path:
 
 def max_entries() -> int:
     """How many trees the cache keeps (`CODE_RUNNER_CHECKOUT_CACHE`; 0: no cache)."""
-    try:
-        return max(0, int(os.environ.get(ENTRIES_ENV, DEFAULT_ENTRIES)))
-    except ValueError:
-        return DEFAULT_ENTRIES
+    return tuning.checkout_cache_entries()
 
 
 @dataclass

@@ -22,9 +22,10 @@ import tempfile
 from pathlib import Path
 
 import code_runner.sandbox.idmap as idmap
+from code_runner import tuning
 from code_runner.sandbox.profile import SandboxUser
 
-MODE_ENV = "CODE_RUNNER_WORKSPACE"  # "clone": never overlay
+MODE_ENV = tuning.WORKSPACE_ENV  # "clone": never overlay
 
 _OPTIONS = "redirect_dir=off,index=off,metacopy=off"
 _UNSAFE = frozenset(",:\\=\n ")
@@ -40,7 +41,7 @@ def lower_mount(root: Path) -> Path:
 
 def unavailable(root_parent: Path) -> str | None:
     """Why a workspace under `root_parent` cannot be an overlay here, or None when it can."""
-    if os.environ.get(MODE_ENV, "").strip().lower() == "clone":
+    if tuning.workspace_clone_only():
         return f"{MODE_ENV}=clone"
     if os.geteuid() != 0:
         return "overlayfs needs a root runner here (a clone is used)"

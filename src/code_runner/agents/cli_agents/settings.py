@@ -33,6 +33,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from code_runner import tuning
 from code_runner.errors import PreflightError, UsageError
 
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -55,8 +56,8 @@ class CliKind(StrEnum):
 _PROGRAMS = {CliKind.CODEX: "codex", CliKind.CLAUDE: "claude"}
 _BIN_ENV = {CliKind.CODEX: "CODE_RUNNER_CODEX_BIN", CliKind.CLAUDE: "CODE_RUNNER_CLAUDE_BIN"}
 _DEFAULT_KEY_ENV = {CliKind.CODEX: "OPENAI_API_KEY", CliKind.CLAUDE: "ANTHROPIC_API_KEY"}
-TMUX_ENV = "CODE_RUNNER_TMUX"
-IDLE_ENV = "CODE_RUNNER_CLI_IDLE_TIMEOUT_S"
+TMUX_ENV = tuning.TMUX_ENV
+IDLE_ENV = tuning.CLI_IDLE_TIMEOUT_ENV
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ def resolve(
             raise _usage(kind, "no program to run")
         program, command = words[0], tuple(words[1:])
     program = program or _PROGRAMS[kind]
-    idle_default = env.get(IDLE_ENV, "") or str(DEFAULT_IDLE_TIMEOUT_S)
+    idle_default = tuning.cli_idle_timeout_s(env) or DEFAULT_IDLE_TIMEOUT_S
     tools = values.get("tools", DEFAULT_CLAUDE_TOOLS)
     if isinstance(tools, str):
         tools = tuple(t for t in re.split(r"[,\s]+", tools) if t)
@@ -272,7 +273,7 @@ def resolve(
     if key_env and not _ENV_NAME_RE.match(str(key_env)):
         raise _usage(kind, f"api_key_env={key_env!r} is not a variable name")
     auth = _auth(kind, values)
-    tmux_value = values.get("tmux", env.get(TMUX_ENV, ""))
+    tmux_value = values.get("tmux", bool(tuning.tmux_default(env)))
     timeout = values.get("timeout_s")
     return CliSettings(
         kind=kind,
