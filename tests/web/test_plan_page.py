@@ -24,7 +24,9 @@ pytestmark = pytest.mark.integration
 
 def test_the_plan_page_marks_declared_and_out_of_scope_files(tmp_path: Path) -> None:
     source = calc_source(tmp_path)
-    plan = write_plan(tmp_path, plan_item(1, "Fix add", [("calc.py", "edit")]))
+    items = [plan_item(1, "Fix add", [("calc.py", "edit")]),
+             plan_item(2, "Add a note", [("notes.md", "add")])]  # fmt: skip
+    plan = write_plan(tmp_path, *items)
     write_script(tmp_path, "P1", [put("calc.py", FIXED), put("extra.txt", "x\n")])
     out = tmp_path / "runs" / "plan1"
     done = plan_cli(*run_args(plan, source, "--output-dir", str(out)), cwd=tmp_path)
@@ -40,4 +42,6 @@ def test_the_plan_page_marks_declared_and_out_of_scope_files(tmp_path: Path) -> 
     extra = page.index("<code>extra.txt</code>")
     assert "out of scope" in page[extra : extra + 300]
     assert "/task/0/plan1/items/P1/1/P1" in page  # the item's run, one click away
+    later = page[page.index("Add a note</h2>") :]  # P2 waits behind the paused P1
+    assert "Not run yet (pending)." in later and "not under the configured roots" not in later
     assert http.get("/plan/0/../plan1").status_code == 404

@@ -244,16 +244,17 @@ class Dashboard:
         )
 
     async def exec_stop(self, request: Request) -> Response:
-        done = await asyncio.to_thread(actions.stop_exec, self._run_dir(request))
+        run_dir = self._run_dir(request)
+        done = await asyncio.to_thread(actions.stop_exec, run_dir, _by(request))
         return self.page("action_output.html", done=done)
 
     async def exec_answer(self, request: Request) -> Response:
         run_dir = self._run_dir(request)
         form = await request.form()
         option, alert, settings = (str(form.get(k) or "")[:200] for k in ("option", "alert", "set"))
-        client = request.client.host if request.client else "?"
-        by = f"{actions.who()} from {client}"
-        done = await asyncio.to_thread(actions.answer_exec, run_dir, option, alert, settings, by)
+        done = await asyncio.to_thread(
+            actions.answer_exec, run_dir, option, alert, settings, _by(request)
+        )
         return self.page("action_output.html", done=done)
 
     async def exec_pending(self, request: Request) -> Response:
@@ -394,6 +395,12 @@ class Dashboard:
         code = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
         return self.page("error.html", status_code=code, code=code, detail=detail)
+
+
+def _by(request: Request) -> str:
+    """Who sent a request, as the record names them: the server's user and the client."""
+    client = request.client.host if request.client else "?"
+    return f"{actions.who()} from {client}"
 
 
 def _offset(request: Request) -> int:

@@ -29,6 +29,15 @@ class ItemView:
     files: list[diff.FileDiff] = field(default_factory=list)
     declared: set[str] = field(default_factory=set)
 
+    @property
+    def not_shown(self) -> str:
+        """Why the item shows no diff."""
+        if self.record is not None:
+            return "No change recorded for this item."
+        if not self.item.get("attempts"):
+            return f"Not run yet ({self.item.get('state') or 'pending'})."
+        return "Its run record is not under the configured roots."
+
     def mark(self, path: str) -> str:
         if path in (self.item.get("protected") or []):
             return "protected"
