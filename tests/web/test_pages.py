@@ -143,6 +143,7 @@ def test_the_stop_button_stops_a_running_exec(tmp_path: Path) -> None:
     assert result["stop_reason"].endswith(" from testclient")
     asked = json.loads((run_dir / "stop.json").read_text())
     assert asked["via"] == "web" and asked["by"] == result["stop_reason"].split(" by ", 1)[1]
+    assert "stopped because: stopped from the dashboard by " in http.get("/exec/0/long").text
     again = http.post("/act/exec/stop/0/long", headers={"X-CSRF-Token": guard.csrf})
     assert "already finished" in again.text
 
