@@ -354,6 +354,7 @@ class Dashboard:
         async with request.form(max_files=1, max_fields=10) as form:
             action_id = str(form.get("action_id") or "")[:40]
             branch = str(form.get("branch") or "")[:200]
+            through = str(form.get("through") or "")[:60]
             upload = form.get("plan_file")
             if name == "amend" and (upload is None or isinstance(upload, str)):
                 raise HTTPException(400, "choose a plan file to amend with")
@@ -366,7 +367,7 @@ class Dashboard:
         elif name == "resume":
             call = partial(plan_actions.resume, record_dir)
         elif name == "export":
-            call = partial(plan_actions.export_branch, record_dir, branch)
+            call = partial(plan_actions.export_branch, record_dir, branch, through, action_id)
         else:
             call = partial(plan_actions.gate_action, record_dir, name, action_id)
         done = await asyncio.to_thread(call)
