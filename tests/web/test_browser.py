@@ -233,6 +233,7 @@ def test_a_batch_in_the_runs_list_and_its_results_side_by_side(page: Page, tmp_p
     with serve(tmp_path / "runs") as served:
         page.goto(served.url)  # every kind: the batch and its items' exec runs
         expect(page.locator("#runs-table tr.kind-exec")).to_have_count(2)
+        expect(page.locator("#runs-table a", has_text="sweep1/001-lr=0.3")).to_be_visible()
         screenshot(page, tmp_path, "runs")
         page.goto(served.url + "?kind=batch")
         row = page.locator("#runs-table tr.kind-batch")

@@ -43,7 +43,7 @@ import code_runner.web.stream as stream
 import code_runner.web.task_view as task_view
 from code_runner.errors import UsageError
 from code_runner.record.summary import parse_since
-from code_runner.web.catalog import Catalog, Kind, RunEntry, after, read_json
+from code_runner.web.catalog import Catalog, Kind, RunEntry, after, exec_label, read_json
 from code_runner.web.roots import OutsideRoots, Roots
 from code_runner.web.security import Guard, GuardMiddleware
 
@@ -292,7 +292,7 @@ class Dashboard:
                         run_dirs.append(exec_view.locate_exec(self.roots, key.root, key.rel))
         run_dirs = list(dict.fromkeys(run_dirs))
         columns, rows = await asyncio.to_thread(exec_view.compare_rows, run_dirs)
-        labels = [self._label(run_dir) for run_dir in run_dirs]
+        labels = [exec_label(run_dir) for run_dir in run_dirs]
         if len(rows) == len(labels):
             rows = [{**row, "run": label} for row, label in zip(rows, labels, strict=True)]
         series = {}
@@ -313,12 +313,6 @@ class Dashboard:
             batches=batches,
             all_batches=all_batches,
         )
-
-    def _label(self, run_dir: Path) -> str:
-        """A chart label: the run's name, or `batch/item` for a batch item's run."""
-        if run_dir.name == "run" and run_dir.parent.parent.parent.name == "items":
-            return f"{run_dir.parents[3].name}/{run_dir.parents[1].name}"
-        return run_dir.name
 
     async def batch(self, request: Request) -> Response:
         try:
