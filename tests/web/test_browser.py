@@ -203,6 +203,7 @@ def test_a_scope_pause_amended_approved_and_resumed_in_the_browser(
         page.reload()
         expect(page.locator("#run-state")).to_have_text("done")
         expect(page.locator("table.items")).not_to_contain_text("pending")
+        expect(page.locator("table.items")).to_contain_text("extra.txt, declared in r2")
         expect(page.locator("#events")).to_contain_text("run_finished")
         screenshot(page, tmp_path, "plan-done")
     final = json.loads((out / "plan.status.json").read_text())
