@@ -182,11 +182,12 @@ def test_a_scope_pause_amended_approved_and_resumed_in_the_browser(
         expect(output).to_contain_text("amended", timeout=30_000)
         screenshot(page, tmp_path, "plan-amended")
         csrf = page.locator("meta[name=csrf-token]").get_attribute("content") or ""
+        amend_id = page.locator("form[hx-post*='/amend/'] input[name=action_id]").input_value()
         retried = page.request.post(  # the same POST again, as a client retrying it
             served.url + "act/plan/amend/0/plan1",
             headers={"X-CSRF-Token": csrf},
             multipart={
-                "action_id": page.locator("input[name=action_id]").input_value(),
+                "action_id": amend_id,
                 "plan_file": {"name": "amended.json", "mimeType": "application/json",
                               "buffer": amended.read_bytes()},
             },
@@ -202,6 +203,7 @@ def test_a_scope_pause_amended_approved_and_resumed_in_the_browser(
         page.reload()
         expect(page.locator("#run-state")).to_have_text("done")
         expect(page.locator("table.items")).not_to_contain_text("pending")
+        expect(page.locator("table.items")).to_contain_text("extra.txt, declared in r2")
         expect(page.locator("#events")).to_contain_text("run_finished")
         screenshot(page, tmp_path, "plan-done")
     final = json.loads((out / "plan.status.json").read_text())
@@ -230,6 +232,10 @@ def test_a_batch_in_the_runs_list_and_its_results_side_by_side(page: Page, tmp_p
     )
     assert done.returncode == 0, done.stdout + done.stderr
     with serve(tmp_path / "runs") as served:
+        page.goto(served.url)  # every kind: the batch and its items' exec runs
+        expect(page.locator("#runs-table tr.kind-exec")).to_have_count(2)
+        expect(page.locator("#runs-table a", has_text="sweep1/001-lr=0.3")).to_be_visible()
+        screenshot(page, tmp_path, "runs")
         page.goto(served.url + "?kind=batch")
         row = page.locator("#runs-table tr.kind-batch")
         expect(row).to_contain_text("2 passed")

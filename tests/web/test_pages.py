@@ -129,7 +129,7 @@ def test_the_stop_button_stops_a_running_exec(tmp_path: Path) -> None:
         page = http.get("/exec/0/long").text
         assert 'data-action="stop"' in page and "/stream/exec/0/long" in page
         stop = http.post("/act/exec/stop/0/long", headers={"X-CSRF-Token": guard.csrf})
-        assert "stop requested" in stop.text
+        assert "stop requested (SIGTERM to its monitor" in stop.text
         assert running.wait(timeout=60) != 0
     finally:
         if running.poll() is None:
@@ -137,7 +137,13 @@ def test_the_stop_button_stops_a_running_exec(tmp_path: Path) -> None:
             running.wait()
     result = json.loads((run_dir / "result.json").read_text())
     assert result["interrupted"] is True and result["state"] == "stopped_by_user"
-    assert result["duration_s"] < 50 and "SIGTERM" in result["stop_reason"]
+    assert result["duration_s"] < 50
+    # the same request as `code-runner stop`, recorded with who sent it and from where
+    assert result["stop_reason"].startswith("stopped from the dashboard by ")
+    assert result["stop_reason"].endswith(" from testclient")
+    asked = json.loads((run_dir / "stop.json").read_text())
+    assert asked["via"] == "web" and asked["by"] == result["stop_reason"].split(" by ", 1)[1]
+    assert "stopped because: stopped from the dashboard by " in http.get("/exec/0/long").text
     again = http.post("/act/exec/stop/0/long", headers={"X-CSRF-Token": guard.csrf})
     assert "already finished" in again.text
 

@@ -129,8 +129,12 @@ class ExperimentRecord:
             data = json.loads(files.read_regular(self.stop_request_path))
         except (OSError, ValueError):
             return None
-        by = data.get("by_pid") if isinstance(data, dict) else None
-        return "stopped by `code-runner stop`" + (f" (pid {by})" if isinstance(by, int) else "")
+        if not isinstance(data, dict):
+            data = {}
+        pid, by = data.get("by_pid"), data.get("by")
+        if data.get("via") == "web":
+            return "stopped from the dashboard" + (f" by {str(by)[:120]}" if by else "")
+        return "stopped by `code-runner stop`" + (f" (pid {pid})" if isinstance(pid, int) else "")
 
     def plot_path(self, metric: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in metric)[:60]

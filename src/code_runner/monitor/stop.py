@@ -32,8 +32,11 @@ class StopRequest:
     pid: int | None = None
 
 
-def request_stop(run_dir: Path) -> StopRequest:
-    """Ask the run in `run_dir` to stop; EnvironmentProblem when nobody holds it any more."""
+def request_stop(run_dir: Path, *, via: str = "cli", by: str | None = None) -> StopRequest:
+    """Ask the run in `run_dir` to stop; EnvironmentProblem when nobody holds it any more.
+
+    `via` says how the request came (`cli`, `web`) and `by` who sent it, both kept in
+    `stop.json`; a request from the dashboard is named so in the record's stop reason."""
     record = ExperimentRecord.reopen(run_dir)
     status = record.read_status()
     state = str(status.get("state", "?"))
@@ -58,9 +61,8 @@ def request_stop(run_dir: Path) -> StopRequest:
             fix="run `code-runner gc`: it finds the orphaned record, ends what is left of the "
             "command and finishes the record.",
         )
-    files.atomic_write_json(
-        record.stop_request_path, {"requested_at": utc_now(), "by_pid": os.getpid()}
-    )
+    request = {"requested_at": utc_now(), "by_pid": os.getpid(), "via": via, "by": by}
+    files.atomic_write_json(record.stop_request_path, request)
     if monitor_alive:
         assert isinstance(monitor_pid, int)
         with contextlib.suppress(ProcessLookupError, PermissionError):

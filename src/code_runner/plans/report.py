@@ -80,6 +80,7 @@ def plan_status(store: PlanStore, plan_id: str) -> dict[str, Any]:
                     }
                     for a in mine
                 ],
+                "declared": sorted({f.path for f in item.files}),  # in this revision
                 "out_of_scope": result.get("out_of_scope", []),
                 "protected": result.get("protected", []),
                 "findings": [

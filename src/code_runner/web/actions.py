@@ -7,26 +7,24 @@ checks, the same record writes and the same idempotence: a second `apply` of an 
 is refused by the command, not by the page. One action per run runs at a time, so a double
 click waits for the first and then gets the command's own answer.
 
-An exec run is stopped as Ctrl-C stops it: SIGTERM to its monitor, which ends the command's
-tree and finishes the record.
+An exec run is stopped as `code-runner stop RUN_DIR` stops it: the request is written in the
+run dir, and its monitor (SIGTERM, as for Ctrl-C) or watchdog ends the command's tree and
+finishes the record, naming the dashboard as the one who asked.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from code_runner import proc
 from code_runner.errors import CodeRunnerError
 from code_runner.monitor.answers import request_answer, wait_for_outcome, who
+from code_runner.monitor.stop import request_stop
 from code_runner.record import RecordPaths
-from code_runner.web.catalog import read_json
 from code_runner.web.text import clean
 
 ACTION_TIMEOUT_S = 3600.0
@@ -106,34 +104,19 @@ def task_action(name: str, paths: RecordPaths) -> ActionOutput:
     return ActionOutput(shown, done.exit_code, clean(text), name)
 
 
-def _is_monitor(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        process = psutil.Process(pid)
-        command = " ".join(process.cmdline())
-    except psutil.Error:
-        return False
-    return process.status() != psutil.STATUS_ZOMBIE and (
-        "code_runner" in command or "code-runner" in command
-    )
-
-
-def stop_exec(run_dir: Path) -> ActionOutput:
-    """SIGTERM to the run's monitor (as Ctrl-C), which stops the command and writes the record."""
-    status = read_json(run_dir / "status.json")
-    pid = status.get("monitor_pid")
+def stop_exec(run_dir: Path, by: str) -> ActionOutput:
+    """`code-runner stop RUN_DIR`: the request is recorded, then the monitor gets SIGTERM (or,
+    with the monitor gone, the watchdog ends the run); the record says it came from here."""
     shown = f"stop {run_dir.name}"
-    if status.get("finished"):
-        return ActionOutput(shown, 0, f"already finished ({clean(str(status.get('state')))})")
-    if not _is_monitor(pid):
-        return ActionOutput(shown, 3, "its monitor is gone; `code-runner gc` finishes the record")
-    assert isinstance(pid, int)
     try:
-        os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError) as exc:
-        return ActionOutput(shown, 3, f"could not signal the monitor: {exc}")
-    return ActionOutput(shown, 0, f"stop requested (SIGTERM to the monitor, pid {pid})")
+        asked = request_stop(run_dir, via="web", by=by)
+    except CodeRunnerError as exc:
+        fix = f"\n{exc.fix}" if exc.fix else ""
+        return ActionOutput(clean(shown), exc.exit_code, clean(exc.message + fix))
+    if asked.already_finished:
+        return ActionOutput(clean(shown), 0, f"already finished ({clean(asked.state)})")
+    how = "SIGTERM to its monitor" if asked.by == "monitor" else "its watchdog ends it"
+    return ActionOutput(clean(shown), 0, f"stop requested ({how}, pid {asked.pid})")
 
 
 def answer_exec(run_dir: Path, option: str, alert: str, settings: str, by: str) -> ActionOutput:

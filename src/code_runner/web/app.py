@@ -43,7 +43,7 @@ import code_runner.web.stream as stream
 import code_runner.web.task_view as task_view
 from code_runner.errors import UsageError
 from code_runner.record.summary import parse_since
-from code_runner.web.catalog import Catalog, Kind, RunEntry, after, read_json
+from code_runner.web.catalog import Catalog, Kind, RunEntry, after, exec_label, read_json
 from code_runner.web.roots import OutsideRoots, Roots
 from code_runner.web.security import Guard, GuardMiddleware
 
@@ -244,16 +244,17 @@ class Dashboard:
         )
 
     async def exec_stop(self, request: Request) -> Response:
-        done = await asyncio.to_thread(actions.stop_exec, self._run_dir(request))
+        run_dir = self._run_dir(request)
+        done = await asyncio.to_thread(actions.stop_exec, run_dir, _by(request))
         return self.page("action_output.html", done=done)
 
     async def exec_answer(self, request: Request) -> Response:
         run_dir = self._run_dir(request)
         form = await request.form()
         option, alert, settings = (str(form.get(k) or "")[:200] for k in ("option", "alert", "set"))
-        client = request.client.host if request.client else "?"
-        by = f"{actions.who()} from {client}"
-        done = await asyncio.to_thread(actions.answer_exec, run_dir, option, alert, settings, by)
+        done = await asyncio.to_thread(
+            actions.answer_exec, run_dir, option, alert, settings, _by(request)
+        )
         return self.page("action_output.html", done=done)
 
     async def exec_pending(self, request: Request) -> Response:
@@ -291,7 +292,7 @@ class Dashboard:
                         run_dirs.append(exec_view.locate_exec(self.roots, key.root, key.rel))
         run_dirs = list(dict.fromkeys(run_dirs))
         columns, rows = await asyncio.to_thread(exec_view.compare_rows, run_dirs)
-        labels = [self._label(run_dir) for run_dir in run_dirs]
+        labels = [exec_label(run_dir) for run_dir in run_dirs]
         if len(rows) == len(labels):
             rows = [{**row, "run": label} for row, label in zip(rows, labels, strict=True)]
         series = {}
@@ -312,12 +313,6 @@ class Dashboard:
             batches=batches,
             all_batches=all_batches,
         )
-
-    def _label(self, run_dir: Path) -> str:
-        """A chart label: the run's name, or `batch/item` for a batch item's run."""
-        if run_dir.name == "run" and run_dir.parent.parent.parent.name == "items":
-            return f"{run_dir.parents[3].name}/{run_dir.parents[1].name}"
-        return run_dir.name
 
     async def batch(self, request: Request) -> Response:
         try:
@@ -353,6 +348,7 @@ class Dashboard:
         async with request.form(max_files=1, max_fields=10) as form:
             action_id = str(form.get("action_id") or "")[:40]
             branch = str(form.get("branch") or "")[:200]
+            through = str(form.get("through") or "")[:60]
             upload = form.get("plan_file")
             if name == "amend" and (upload is None or isinstance(upload, str)):
                 raise HTTPException(400, "choose a plan file to amend with")
@@ -365,7 +361,7 @@ class Dashboard:
         elif name == "resume":
             call = partial(plan_actions.resume, record_dir)
         elif name == "export":
-            call = partial(plan_actions.export_branch, record_dir, branch)
+            call = partial(plan_actions.export_branch, record_dir, branch, through, action_id)
         else:
             call = partial(plan_actions.gate_action, record_dir, name, action_id)
         done = await asyncio.to_thread(call)
@@ -394,6 +390,12 @@ class Dashboard:
         code = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
         return self.page("error.html", status_code=code, code=code, detail=detail)
+
+
+def _by(request: Request) -> str:
+    """Who sent a request, as the record names them: the server's user and the client."""
+    client = request.client.host if request.client else "?"
+    return f"{actions.who()} from {client}"
 
 
 def _offset(request: Request) -> int:

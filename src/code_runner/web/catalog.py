@@ -125,6 +125,13 @@ def _task_entry(key: RunKey, paths: RecordPaths) -> RunEntry:
     )
 
 
+def exec_label(run_dir: Path) -> str:
+    """An exec run's name: its dir's name, or `batch/item` for a batch item's run."""
+    if run_dir.name == "run" and len(run_dir.parents) > 3 and run_dir.parents[2].name == "items":
+        return clean(f"{run_dir.parents[3].name}/{run_dir.parents[1].name}")
+    return clean(run_dir.name)
+
+
 def _exec_entry(key: RunKey, run_dir: Path) -> RunEntry:
     status = read_json(run_dir / "status.json")
     result = exec_result(run_dir)
@@ -134,7 +141,7 @@ def _exec_entry(key: RunKey, run_dir: Path) -> RunEntry:
         return RunEntry(
             Kind.EXEC,
             key,
-            run_dir.name,
+            exec_label(run_dir),
             str(status.get("state") or "starting"),
             not status.get("finished"),
             clean(str(command)),
@@ -146,7 +153,7 @@ def _exec_entry(key: RunKey, run_dir: Path) -> RunEntry:
     return RunEntry(
         Kind.EXEC,
         key,
-        run_dir.name,
+        exec_label(run_dir),
         result.state.value,
         False,
         clean(result.display_command),
@@ -345,4 +352,13 @@ def after(stamp: str, since: datetime) -> bool:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) >= since
 
 
-__all__ = ["Catalog", "Kind", "RunEntry", "after", "exec_result", "read_json", "task_result"]
+__all__ = [
+    "Catalog",
+    "Kind",
+    "RunEntry",
+    "after",
+    "exec_label",
+    "exec_result",
+    "read_json",
+    "task_result",
+]

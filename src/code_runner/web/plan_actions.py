@@ -6,7 +6,8 @@ action id when it is rendered, and the same id against the same state replays th
 outcome, so a double click or a retried POST changes nothing twice. `resume` starts the plan's
 run in a session of its own (it outlives the request, and the dashboard) and answers once
 the plan has left its stopped state; the page then follows it live. `export --branch`
-moves a branch by compare-and-swap: a second export to the same commit leaves it as it is.
+(up to a chosen item) moves a branch by compare-and-swap, and is a user action too: a second
+export to the same commit leaves it as it is.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ PLAN_ACTIONS = (*GATE_ACTIONS, "amend", "resume", "export")
 MAX_PLAN_FILE_BYTES = 1024 * 1024
 RESUME_WAIT_S = 30.0
 _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,120}$")
+_ITEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
 _SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -78,14 +80,20 @@ def amend(record_dir: Path, filename: str, data: bytes, action_id: str) -> Actio
         return _run(record_dir, "amend", words, ["amend", plan_id, clean(filename)[:80]])
 
 
-def export_branch(record_dir: Path, branch: str) -> ActionOutput:
+def export_branch(record_dir: Path, branch: str, through: str, action_id: str) -> ActionOutput:
+    """`plan export --branch` (up to item `through`, or every done item), as a user action."""
     plan_id = _plan_id(record_dir)
     if not _BRANCH.match(branch) or ".." in branch or branch.endswith((".lock", "/")):
         return ActionOutput(
-            "code-runner plan export", 2, f"not a branch name: {branch!r}", "export"
+            "code-runner plan export", 2, f"not a branch name: {clean(branch)!r}", "export"
         )
     words = ["export", plan_id, "--branch", branch]
-    return _run(record_dir, "export", words, words)
+    if through:
+        if not _ITEM.match(through):
+            said = f"not an item id: {clean(through)!r}"
+            return ActionOutput("code-runner plan export", 2, said, "export")
+        words.append(f"--through={through}")
+    return _run(record_dir, "export", [*words, *_action_id(action_id)], words)
 
 
 def resume(record_dir: Path) -> ActionOutput:

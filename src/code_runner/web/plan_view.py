@@ -28,11 +28,23 @@ class ItemView:
     record: RunKey | None = None  # the last attempt's task run, when under a root
     files: list[diff.FileDiff] = field(default_factory=list)
     declared: set[str] = field(default_factory=set)
+    revision: object = None  # the plan's revision now
+
+    @property
+    def not_shown(self) -> str:
+        """Why the item shows no diff."""
+        if self.record is not None:
+            return "No change recorded for this item."
+        if not self.item.get("attempts"):
+            return f"Not run yet ({self.item.get('state') or 'pending'})."
+        return "Its run record is not under the configured roots."
 
     def mark(self, path: str) -> str:
         if path in (self.item.get("protected") or []):
             return "protected"
         if path in (self.item.get("out_of_scope") or []):
+            if path in (self.item.get("declared") or []):  # an amendment declared it since
+                return f"out of scope, declared in r{self.revision}"
             return "out of scope"
         return "declared" if path in self.declared else ""
 
@@ -93,7 +105,7 @@ def load_plan(roots: Roots, record_dir: Path) -> PlanPage:
     items = []
     for item in status.get("items") or []:
         if isinstance(item, dict):
-            view = ItemView(item)
+            view = ItemView(item, revision=status.get("revision"))
             _attempt(roots, view)
             items.append(view)
     events = read_events(record_dir / "plan.events.jsonl")
