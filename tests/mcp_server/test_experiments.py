@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import sys
 import time
 from pathlib import Path
@@ -91,4 +92,5 @@ def test_an_experiment_started_by_an_earlier_server_is_stopped_through_its_recor
     assert stopped["stopped"] is True and stopped["by"] in {"monitor", "watchdog"}, stopped
     assert after["terminal"] is True and after["process"] == "ended", after
     assert after["result"]["state"] == "stopped_by_user", after["result"]
+    assert "through the MCP server" in json.dumps(after["result"]), after["result"]
     assert "experiment_stop_requested" in [e["kind"] for e in server_log()]

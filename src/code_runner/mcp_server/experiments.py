@@ -83,7 +83,7 @@ def stop(registry: Registry, log: ServerLog, entry: Entry) -> dict[str, Any]:
 def _stop_through_record(log: ServerLog, entry: Entry) -> dict[str, Any]:
     """An experiment an earlier server started: ask it through its record, as
     `code-runner stop` does, so its monitor (or watchdog) ends the tree and says why."""
-    asked = request_stop(entry.dir / "record")
+    asked = request_stop(entry.dir / "record", via="mcp")
     if asked.already_finished:
         return {"run_id": entry.run_id, "stopped": False, "detail": "it had already ended"}
     log.write("experiment_stop_requested", run_id=entry.run_id, by=asked.by, pid=asked.pid)

@@ -134,6 +134,10 @@ class ExperimentRecord:
         pid, by = data.get("by_pid"), data.get("by")
         if data.get("via") == "web":
             return "stopped from the dashboard" + (f" by {str(by)[:120]}" if by else "")
+        if data.get("via") == "mcp":
+            return "stopped through the MCP server (exec_stop)" + (
+                f" (pid {pid})" if isinstance(pid, int) else ""
+            )
         return "stopped by `code-runner stop`" + (f" (pid {pid})" if isinstance(pid, int) else "")
 
     def plot_path(self, metric: str) -> Path:

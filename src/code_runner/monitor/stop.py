@@ -35,7 +35,7 @@ class StopRequest:
 def request_stop(run_dir: Path, *, via: str = "cli", by: str | None = None) -> StopRequest:
     """Ask the run in `run_dir` to stop; EnvironmentProblem when nobody holds it any more.
 
-    `via` says how the request came (`cli`, `web`) and `by` who sent it, both kept in
+    `via` says how the request came (`cli`, `web`, `mcp`) and `by` who sent it, both kept in
     `stop.json`; a request from the dashboard is named so in the record's stop reason."""
     record = ExperimentRecord.reopen(run_dir)
     status = record.read_status()
