@@ -74,7 +74,6 @@ def test_taking_a_snapshot_writes_nothing(source: Path) -> None:
     assert index.stat().st_mtime_ns == before_mtime
 
 
-
 def _apply_differences(before: snapshot.SourceSnapshot, repo: repo_git.Repo) -> list[str]:
     after = snapshot.take(repo)
     return snapshot.differences(snapshot.expect_apply(before, after, committed=False), after)
@@ -91,6 +90,7 @@ def test_a_refresh_of_the_index_stat_data_is_no_change_for_apply(source: Path) -
     assert _apply_differences(before, repo) == []
     git(source, "update-index", "--chmod=+x", "dir/b.py")  # an entry changed: still named
     assert ".git/index changed" in _apply_differences(before, repo)
+
 
 def test_unborn_repo(tmp_path: Path) -> None:
     repo_dir = tmp_path / "empty"

@@ -343,9 +343,7 @@ def expect_apply(pre: SourceSnapshot, post: SourceSnapshot, *, committed: bool) 
             new_object = top == "objects" and rel not in pre.git_tree
             if new_object or top in ("logs", "refs") or rel in _COMMIT_WRITES:
                 tree[rel] = value
-    return dataclasses.replace(
-        pre, ignored=dict(post.ignored), git_tree=tree, git_files=git_files
-    )
+    return dataclasses.replace(pre, ignored=dict(post.ignored), git_tree=tree, git_files=git_files)
 
 
 def _named(paths: list[str]) -> str:
