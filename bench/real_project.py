@@ -14,7 +14,7 @@ the clone has no `.venv`, so the floor runs the source's `.venv/bin/python` with
 `src` first on `PYTHONPATH` (what makes it judge the clone's code). A second floor runs the
 DoD once (no base run): what a person who only checks the patch would do.
 
-The sdist is fetched once with pip (`pip download --no-binary :all: click==8.1.7`) and kept in
+The sdist is fetched once with pip (`pip download --no-binary click click==8.1.7`) and kept in
 `--cache`; the editable install needs the registry for its build backend (pip's cache then
 serves it).
 """
@@ -61,7 +61,8 @@ def sdist(cache: Path) -> Path:
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-        _run([*argv, "--no-binary", ":all:", CLICK, "-d", str(cache)], cache)
+        # `:all:` would also build the build backend's own build tools from source
+        _run([*argv, "--no-binary", "click", CLICK, "-d", str(cache)], cache)
     return path
 
 

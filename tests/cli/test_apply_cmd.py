@@ -21,7 +21,16 @@ from tests.helpers.apply_runs import (
     wait_for_phase,
 )
 from tests.helpers.git import git
-from tests.helpers.tasks import FIXED_BOTH, PY, cmd, fingerprint, run_cli, write
+from tests.helpers.tasks import (
+    FIXED_BOTH,
+    PY,
+    calc_repo,
+    cmd,
+    fingerprint,
+    run_cli,
+    write,
+    write_task,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -321,3 +330,25 @@ def test_a_large_patch_is_applied_in_pieces_and_commits_the_exact_bytes(tmp_path
     blob = git(source, "rev-parse", "HEAD:pkg/big.txt").strip()
     assert blob == hashlib.sha1(b"blob %d\0" % len(expected) + expected).hexdigest()
     assert (source / "pkg/big.txt").read_bytes() == expected
+
+
+def test_a_dod_that_refreshes_the_index_stat_data_still_applies(tmp_path: Path) -> None:
+    """pytest-benchmark (and setuptools-scm, and any `git describe --dirty`) refreshes the
+    index when it starts. A tracked file the user touched (an editor's save, a `git
+    checkout`) leaves stat data the refresh rewrites: the index's bytes change, its entries
+    do not. That is not the DoD changing the source, so `apply` keeps the patch."""
+    source = calc_repo(tmp_path)
+    command = f"git describe --dirty --always && {PY} -m pytest -q -p no:cacheprovider"
+    spec = write_task(
+        tmp_path, source, [[write("calc.py", FIXED_BOTH)]], command=command, sandbox="off"
+    )
+    assert run_cli("run", str(spec)).returncode == 0
+    os.utime(source / "test_calc.py", (1_000_000_000, 1_000_000_000))  # same bytes, new stat
+    entries = git(source, "ls-files", "--stage")
+    done = run_cli("apply", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "applied: DoD passed in the source" in done.stdout
+    assert (source / "calc.py").read_text() == FIXED_BOTH
+    assert git(source, "ls-files", "--stage") == entries
+    result = json.loads(next((tmp_path / "out").glob("*.result.json")).read_text())
+    assert result["source_apply"]["unexpected_changes"] == []

@@ -74,6 +74,24 @@ def test_taking_a_snapshot_writes_nothing(source: Path) -> None:
     assert index.stat().st_mtime_ns == before_mtime
 
 
+def _apply_differences(before: snapshot.SourceSnapshot, repo: repo_git.Repo) -> list[str]:
+    after = snapshot.take(repo)
+    return snapshot.differences(snapshot.expect_apply(before, after, committed=False), after)
+
+
+def test_a_refresh_of_the_index_stat_data_is_no_change_for_apply(source: Path) -> None:
+    repo = repo_git.open_source(source)
+    os.utime(source / "dir/b.py", (1_000_000_000, 1_000_000_000))  # same bytes, new stat
+    before = snapshot.take(repo)
+    index = (source / ".git/index").read_bytes()
+    git(source, "status", "--porcelain")  # as `git describe --dirty` in a DoD does
+    assert (source / ".git/index").read_bytes() != index
+    assert snapshot.differences(before, snapshot.take(repo))  # a run's source must not move
+    assert _apply_differences(before, repo) == []
+    git(source, "update-index", "--chmod=+x", "dir/b.py")  # an entry changed: still named
+    assert ".git/index changed" in _apply_differences(before, repo)
+
+
 def test_unborn_repo(tmp_path: Path) -> None:
     repo_dir = tmp_path / "empty"
     repo_dir.mkdir()

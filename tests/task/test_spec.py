@@ -323,6 +323,18 @@ def test_overrides_apply_before_validation(git_repo: Path, tmp_path: Path) -> No
 
 @pytest.mark.parametrize(
     ("typo", "suggestion"),
+    [("pythn", "did you mean 'env.python'?"), ("zzzz", "(valid fields: python, path_prepend")],
+)
+def test_unknown_field_inside_env_names_the_env_fields(
+    data: dict[str, Any], typo: str, suggestion: str
+) -> None:
+    data["env"] = {typo: "x"}
+    line = only_problem(data)
+    assert line.startswith(f"unknown field 'env.{typo}'; ") and suggestion in line, line
+
+
+@pytest.mark.parametrize(
+    ("typo", "suggestion"),
     [("alowlist", "allowlist"), ("max_round", "max_rounds"), ("taskid", "task_id")],
 )
 def test_unknown_field_suggests_the_closest(

@@ -242,8 +242,8 @@ VENV_DOD = ".venv/bin/python -m pytest -q -p no:cacheprovider test_value.py"
 
 
 def _passes_in_run_and_check(root: Path, source: Path, sandbox: str, command: str = DOD) -> None:
-    """A correct patch passes in `run` and `apply --check` while an uncommitted source-only
-    change (which would fail) is never seen."""
+    """A correct patch passes in `run`, `apply --check` and `apply` while an uncommitted
+    source-only change (which would fail) is never seen."""
     where = root / sandbox
     where.mkdir()
     (source / module_path("src")).write_text(WRONG)
@@ -257,6 +257,10 @@ def _passes_in_run_and_check(root: Path, source: Path, sandbox: str, command: st
     git(source, "checkout", "--", module_path("src"))  # apply refuses an overlapping change
     check = run_cli("apply", "--check", str(where / "out"))
     assert check.returncode == 0 and "would pass" in check.stdout, check.stdout + check.stderr
+    applied = run_cli("apply", str(where / "out"))  # the DoD again, in the source
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (source / module_path("src")).read_text() == FIXED
+    git(source, "checkout", "--", module_path("src"))
 
 
 def _found_with_the_editable_install(source: Path, origin: str) -> None:

@@ -13,6 +13,11 @@ Taking one never writes to the repo (`GIT_OPTIONAL_LOCKS=0` keeps `git status` f
 refreshing the index) and never blocks: files are opened with `O_NONBLOCK | O_NOFOLLOW`,
 symlinks are recorded (never followed) and FIFOs, sockets and devices are recorded, never
 read. Comparing two snapshots names each thing that changed.
+
+The index is also recorded as what it says (each entry's mode, object, stage, path and
+flags), apart from its bytes: a refresh of its stat data (any `git status` or `git describe
+--dirty`, as pytest plugins run at start) rewrites the bytes and keeps the entries, and the
+apply step's DoD may do that.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class SourceSnapshot:
     tracked_dirty: dict[str, str] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)  # path (a dir ends in /) -> print
     git_tree: dict[str, str] = field(default_factory=dict)  # git-dir entry -> fingerprint
+    index_entries: str = ""  # sha256 of `ls-files --stage -v`: the entries, not stat data
 
     @property
     def non_regular(self) -> list[str]:
@@ -286,7 +292,7 @@ def _status(repo: git.Repo, work_tree: Path) -> _Status:
 
 
 def take(repo: git.Repo) -> SourceSnapshot:
-    """Fingerprint `repo` without changing a byte of it. One git call; the rest is reads."""
+    """Fingerprint `repo` without changing a byte of it. Two git calls; the rest is reads."""
     assert repo.work_tree is not None
     common = _common_dir(repo.git_dir)
     head_bytes = read_regular(repo.git_dir / "HEAD") or b""
@@ -307,7 +313,13 @@ def take(repo: git.Repo) -> SourceSnapshot:
         tracked_dirty=found.dirty,
         ignored=found.ignored,
         git_tree=tree,
+        index_entries=_index_entries(repo),
     )
+
+
+def _index_entries(repo: git.Repo) -> str:
+    fields = repo.z("ls-files", "--stage", "-v", "-z")
+    return hashlib.sha256(b"\0".join(fields)).hexdigest()
 
 
 # --- comparing ---------------------------------------------------------------------------
@@ -316,16 +328,22 @@ def take(repo: git.Repo) -> SourceSnapshot:
 def expect_apply(pre: SourceSnapshot, post: SourceSnapshot, *, committed: bool) -> SourceSnapshot:
     """`pre` with what an apply step may change besides its own paths: ignored files (the
     source DoD's byproducts) and, after a commit, the git-dir entries a commit writes (new
-    objects, reflogs, loose refs, HEAD, ORIG_HEAD, COMMIT_EDITMSG, the index). An object
-    that existed before must stay as it was."""
+    objects, reflogs, loose refs, HEAD, ORIG_HEAD, COMMIT_EDITMSG, the index), and an
+    index rewritten with the same entries (a refresh of its stat data). An object that
+    existed before must stay as it was."""
     tree = dict(pre.git_tree)
+    git_files = dict(pre.git_files)
+    if pre.index_entries and pre.index_entries == post.index_entries:
+        git_files["index"] = post.git_files.get("index", "")
+        if "index" in post.git_tree:
+            tree["index"] = post.git_tree["index"]
     if committed:
         for rel, value in post.git_tree.items():
             top = rel.split("/", 1)[0]
             new_object = top == "objects" and rel not in pre.git_tree
             if new_object or top in ("logs", "refs") or rel in _COMMIT_WRITES:
                 tree[rel] = value
-    return dataclasses.replace(pre, ignored=dict(post.ignored), git_tree=tree)
+    return dataclasses.replace(pre, ignored=dict(post.ignored), git_tree=tree, git_files=git_files)
 
 
 def _named(paths: list[str]) -> str:

@@ -26,6 +26,7 @@ from code_runner.errors import CodeRunnerError, SpecError
 from code_runner.problems import describe_all, one_line, read_mapping_file, short, show
 from code_runner.repo import git
 from code_runner.sandbox import ResourceLimits
+from code_runner.task.env import DodEnv
 from code_runner.task.skills import skill_problems
 from code_runner.task.spec import (
     MAX_RUN_TIMEOUT_S,
@@ -66,6 +67,8 @@ def _model_at(parent: tuple[int | str, ...]) -> type[BaseModel]:
     """The model whose fields live at `parent` (the loc of a field, minus the field)."""
     if parent == ("limits",):
         return ResourceLimits
+    if parent == ("env",):
+        return DodEnv
     return DefinitionOfDone if parent == ("definition_of_done",) else TaskSpec
 
 

@@ -4,8 +4,8 @@ The sandbox binds the source's dependency dirs into the work tree at the same re
 path (`sandbox.mounts.dependency_binds`), so a DoD written as `.venv/bin/python -m pytest`
 finds the project's environment. A workspace without the sandbox gets the same dirs, chosen
 by the same rules (only those that resolve inside the source tree and show no hidden path),
-as symlinks to the source's: made only while the agent's round or the DoD runs, and taken
-away before the audit, so they never reach the patch and never count as the agent's change.
+as symlinks to the source's: made only while the DoD runs (not the agent's commands), and
+taken away before the audit, so they never reach the patch or count as the agent's change.
 The editable install still resolves to the work tree (the `sitecustomize` shim maps every
 import path under the source), so the DoD judges the workspace's code.
 """
