@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from code_runner import files
 from code_runner.task.env import DodEnv
 
 ENV_DIRS = (".venv", "venv")
@@ -179,7 +180,8 @@ def write_shim(where: Path, tree: Path, source_dir: Path, entries: list[str]) ->
         if target.read_text() == text:
             return where
     where.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
+    # never a half-written shim (a full disk): without it the source's code would be imported
+    files.atomic_write_text(target, text, durable=False)
     return where
 
 
