@@ -161,7 +161,7 @@ def row_model_call(repeat: int) -> None:
     turn = Turn(tool_calls=[call("run_command", command="true")])
     with (
         tempfile.TemporaryDirectory(prefix="speed-model-") as scratch,
-        ScriptedServer(ChatCompletions(), [turn] * (2 * repeat + 2)) as server,
+        ScriptedServer(ChatCompletions(), [turn] * (3 * repeat + 2)) as server,
     ):
         client = _client(server, Path(scratch))
         body = client.body(messages, [])
@@ -177,11 +177,23 @@ def row_model_call(repeat: int) -> None:
             floor,
             repeat,
         )
+        # the caller's own CPU per call (the server is another thread): load barely moves it
+        cpu = []
+        for fn in (lambda: client.complete(messages, [], deadline=None, tag={"turn": 0}), floor):
+            started = time.thread_time()
+            for _ in range(repeat // 2):
+                fn()
+            cpu.append((time.thread_time() - started) / (repeat // 2))
         http.close()
         # the client's connections: one per call before the reuse, one for all after
         connections = getattr(server, "connections", 0) - 1  # 0: an older server
     _row("one model call over loopback vs httpx kept alive", ours, floor_s, "<= 1.2x")
-    print(f"{'':58} connections opened by the client for {repeat + 1} calls: {connections}")
+    print(
+        f"{'':58} the client's own CPU per call: {cpu[0] * 1000:.2f} ms "
+        f"(httpx: {cpu[1] * 1000:.2f} ms, {cpu[0] / cpu[1]:.2f}x)"
+    )
+    calls = 1 + repeat + repeat // 2
+    print(f"{'':58} connections opened by the client for {calls} calls: {connections}")
 
 
 def row_turn(turns: int) -> None:
