@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx2
 import overhead  # bench/overhead.py: the task and its floor
+from bench_env import executable, file_counts, positive_int
 from sandbox_overhead import _workspace
 
 from code_runner import proc, sandbox, workspace
@@ -366,12 +367,19 @@ def _create_rows(root: Path, repo: Path, files: int, repeat: int, where: str) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=15, help="pairs per row (tasks: 1/3)")
-    parser.add_argument("--sizes", default="1000,20000,100000", help="file counts of the task")
-    parser.add_argument("--crowd", type=int, default=1500, help="idle processes for proc.run")
-    parser.add_argument("--turns", type=int, default=24)
+    parser.add_argument(
+        "--repeat", type=positive_int, default=15, help="pairs per row (tasks: 1/3)"
+    )
+    parser.add_argument(
+        "--sizes", type=file_counts, default="1000,20000,100000", help="file counts of the task"
+    )
+    parser.add_argument(
+        "--crowd", type=positive_int, default=1500, help="idle processes for proc.run"
+    )
+    parser.add_argument("--turns", type=positive_int, default=24)
     parser.add_argument(
         "--mini",
+        type=executable,
         default=shutil.which("mini"),
         help="mini-swe-agent's `mini` (a throwaway venv: pip install mini-swe-agent)",
     )
@@ -381,7 +389,6 @@ def main() -> int:
     default_tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
     parser.add_argument("--tmp", default=default_tmp, help="where task and create rows work")
     args = parser.parse_args()
-    sizes = [int(size) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="speed-state-") as state:
         os.environ["CODE_RUNNER_STATE_DIR"] = state
         print(f"{'what':58} {'ours':>12} {'floor':>12} {'ratio':>7}  target")
@@ -391,8 +398,8 @@ def main() -> int:
             "turn": lambda: row_turn(args.turns),
             "help": lambda: row_help(args.repeat, args.mini),
             "model": lambda: row_model_call(args.repeat * 4),
-            "task": lambda: row_task(max(3, args.repeat // 5), sizes, args.tmp),
-            "create": lambda: row_create(max(3, args.repeat // 3), sizes, args.tmp),
+            "task": lambda: row_task(max(3, args.repeat // 5), args.sizes, args.tmp),
+            "create": lambda: row_create(max(3, args.repeat // 3), args.sizes, args.tmp),
         }
         for name, fn in rows.items():
             if args.only in (None, name):
