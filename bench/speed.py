@@ -157,8 +157,24 @@ def _client(server: ScriptedServer, root: Path) -> OpenAIChatClient:
     return OpenAIChatClient(settings, api_key="k", transcript=Transcript(root / "t.jsonl"))
 
 
-def row_model_call(repeat: int) -> None:
-    messages = [{"role": "user", "content": "go"}]
+def _history(exchanges: int) -> list[dict[str, Any]]:
+    """A conversation of `exchanges` tool calls, each with a 400-byte result."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(exchanges):
+        command = {"name": "run_command", "arguments": '{"command": "ls -la src"}'}
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"c{n}", "type": "function", "function": command}],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * 400})
+    return messages
+
+
+def row_model_call(repeat: int, history: int = 0) -> None:
+    messages = _history(history)
     turn = Turn(tool_calls=[call("run_command", command="true")])
     with (
         tempfile.TemporaryDirectory(prefix="speed-model-") as scratch,
@@ -188,7 +204,8 @@ def row_model_call(repeat: int) -> None:
         http.close()
         # the client's connections: one per call before the reuse, one for all after
         connections = getattr(server, "connections", 0) - 1  # 0: an older server
-    _row("one model call over loopback vs httpx kept alive", ours, floor_s, "<= 1.2x")
+    what = "one model call over loopback vs httpx kept alive"
+    _row(what + (f", {history} calls before" if history else ""), ours, floor_s, "<= 1.2x")
     print(
         f"{'':58} the client's own CPU per call: {cpu[0] * 1000:.2f} ms "
         f"(httpx: {cpu[1] * 1000:.2f} ms, {cpu[0] / cpu[1]:.2f}x)"
@@ -378,6 +395,12 @@ def main() -> int:
     )
     parser.add_argument("--turns", type=positive_int, default=24)
     parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="earlier tool calls in the model row's conversation (0: one user message)",
+    )
+    parser.add_argument(
         "--mini",
         type=executable,
         default=shutil.which("mini"),
@@ -397,7 +420,7 @@ def main() -> int:
             "sandbox": lambda: row_sandboxed(args.repeat * 2),
             "turn": lambda: row_turn(args.turns),
             "help": lambda: row_help(args.repeat, args.mini),
-            "model": lambda: row_model_call(args.repeat * 4),
+            "model": lambda: row_model_call(args.repeat * 4, args.history),
             "task": lambda: row_task(max(3, args.repeat // 5), args.sizes, args.tmp),
             "create": lambda: row_create(max(3, args.repeat // 3), args.sizes, args.tmp),
         }
