@@ -4,7 +4,6 @@ Retry-After, budgets, and reading a transcript back."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -264,8 +263,17 @@ def test_not_a_transcript(tmp_path: Path) -> None:
 
 
 def _descriptors_on(path: Path) -> list[str]:
-    fds = Path("/proc/self/fd")
-    return [fd.name for fd in fds.iterdir() if os.path.realpath(fd) == str(path.resolve())]
+    """This process's descriptors open on the file at `path` (matched by device and inode)."""
+    want = (path.stat().st_dev, path.stat().st_ino)
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            info = fd.stat()
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if (info.st_dev, info.st_ino) == want:
+            found.append(fd.name)
+    return found
 
 
 def test_a_transcript_appends_through_one_descriptor_held_open(tmp_path: Path) -> None:
@@ -279,8 +287,12 @@ def test_a_transcript_appends_through_one_descriptor_held_open(tmp_path: Path) -
     raw.decode("utf-8")  # a lone surrogate is escaped, the file stays UTF-8
     assert [json.loads(line)["seq"] for line in raw.splitlines()] == [1, 2]
     assert "\\xff" in json.loads(raw.splitlines()[1])["body"]["name"]
+    transcript.close()
+    assert _descriptors_on(path) == []
+    transcript.write("stop", round=1, stop="done")  # opened again, appended after the rest
+    assert [json.loads(line)["seq"] for line in path.read_bytes().splitlines()] == [1, 2, 3]
     del transcript
-    assert _descriptors_on(path) == []  # closed with the transcript
+    assert _descriptors_on(path) == []  # let go of with the transcript
 
 
 def test_a_killed_writer_leaves_every_transcript_line_it_wrote(tmp_path: Path) -> None:

@@ -187,6 +187,11 @@ class Transcript:
         self._seq = 0
         self._started = time.monotonic()
 
+    def close(self) -> None:
+        """Let go of the file (also done when the transcript is dropped); a later
+        `write` opens it again."""
+        self._log.close()
+
     def write(self, kind: str, /, **data: Any) -> None:
         self._seq += 1
         self._log.append(
