@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 
 GIT_ENV = {
     "PATH": os.environ["PATH"],
@@ -14,3 +16,27 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "b",
     "GIT_COMMITTER_EMAIL": "b@example.com",
 }
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a repeat, a count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def file_counts(text: str) -> list[int]:
+    """An argparse type: file counts separated by commas (1000,20000)."""
+    return [positive_int(part.strip()) for part in text.split(",")]
+
+
+def executable(text: str) -> str:
+    """An argparse type: a program that exists and may be run."""
+    found = shutil.which(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an executable program")
+    return found

@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx2
 import overhead  # bench/overhead.py: the task and its floor
+from bench_env import executable, file_counts, positive_int
 from sandbox_overhead import _workspace
 
 from code_runner import proc, sandbox, workspace
@@ -156,12 +157,28 @@ def _client(server: ScriptedServer, root: Path) -> OpenAIChatClient:
     return OpenAIChatClient(settings, api_key="k", transcript=Transcript(root / "t.jsonl"))
 
 
-def row_model_call(repeat: int) -> None:
-    messages = [{"role": "user", "content": "go"}]
+def _history(exchanges: int) -> list[dict[str, Any]]:
+    """A conversation of `exchanges` tool calls, each with a 400-byte result."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(exchanges):
+        command = {"name": "run_command", "arguments": '{"command": "ls -la src"}'}
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"c{n}", "type": "function", "function": command}],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * 400})
+    return messages
+
+
+def row_model_call(repeat: int, history: int = 0) -> None:
+    messages = _history(history)
     turn = Turn(tool_calls=[call("run_command", command="true")])
     with (
         tempfile.TemporaryDirectory(prefix="speed-model-") as scratch,
-        ScriptedServer(ChatCompletions(), [turn] * (2 * repeat + 2)) as server,
+        ScriptedServer(ChatCompletions(), [turn] * (3 * repeat + 2)) as server,
     ):
         client = _client(server, Path(scratch))
         body = client.body(messages, [])
@@ -177,11 +194,24 @@ def row_model_call(repeat: int) -> None:
             floor,
             repeat,
         )
+        # the caller's own CPU per call (the server is another thread): load barely moves it
+        cpu = []
+        for fn in (lambda: client.complete(messages, [], deadline=None, tag={"turn": 0}), floor):
+            started = time.thread_time()
+            for _ in range(repeat // 2):
+                fn()
+            cpu.append((time.thread_time() - started) / (repeat // 2))
         http.close()
         # the client's connections: one per call before the reuse, one for all after
         connections = getattr(server, "connections", 0) - 1  # 0: an older server
-    _row("one model call over loopback vs httpx kept alive", ours, floor_s, "<= 1.2x")
-    print(f"{'':58} connections opened by the client for {repeat + 1} calls: {connections}")
+    what = "one model call over loopback vs httpx kept alive"
+    _row(what + (f", {history} calls before" if history else ""), ours, floor_s, "<= 1.2x")
+    print(
+        f"{'':58} the client's own CPU per call: {cpu[0] * 1000:.2f} ms "
+        f"(httpx: {cpu[1] * 1000:.2f} ms, {cpu[0] / cpu[1]:.2f}x)"
+    )
+    calls = 1 + repeat + repeat // 2
+    print(f"{'':58} connections opened by the client for {calls} calls: {connections}")
 
 
 def row_turn(turns: int) -> None:
@@ -354,12 +384,25 @@ def _create_rows(root: Path, repo: Path, files: int, repeat: int, where: str) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=15, help="pairs per row (tasks: 1/3)")
-    parser.add_argument("--sizes", default="1000,20000,100000", help="file counts of the task")
-    parser.add_argument("--crowd", type=int, default=1500, help="idle processes for proc.run")
-    parser.add_argument("--turns", type=int, default=24)
+    parser.add_argument(
+        "--repeat", type=positive_int, default=15, help="pairs per row (tasks: 1/3)"
+    )
+    parser.add_argument(
+        "--sizes", type=file_counts, default="1000,20000,100000", help="file counts of the task"
+    )
+    parser.add_argument(
+        "--crowd", type=positive_int, default=1500, help="idle processes for proc.run"
+    )
+    parser.add_argument("--turns", type=positive_int, default=24)
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="earlier tool calls in the model row's conversation (0: one user message)",
+    )
     parser.add_argument(
         "--mini",
+        type=executable,
         default=shutil.which("mini"),
         help="mini-swe-agent's `mini` (a throwaway venv: pip install mini-swe-agent)",
     )
@@ -369,7 +412,6 @@ def main() -> int:
     default_tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
     parser.add_argument("--tmp", default=default_tmp, help="where task and create rows work")
     args = parser.parse_args()
-    sizes = [int(size) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="speed-state-") as state:
         os.environ["CODE_RUNNER_STATE_DIR"] = state
         print(f"{'what':58} {'ours':>12} {'floor':>12} {'ratio':>7}  target")
@@ -378,9 +420,9 @@ def main() -> int:
             "sandbox": lambda: row_sandboxed(args.repeat * 2),
             "turn": lambda: row_turn(args.turns),
             "help": lambda: row_help(args.repeat, args.mini),
-            "model": lambda: row_model_call(args.repeat * 4),
-            "task": lambda: row_task(max(3, args.repeat // 5), sizes, args.tmp),
-            "create": lambda: row_create(max(3, args.repeat // 3), sizes, args.tmp),
+            "model": lambda: row_model_call(args.repeat * 4, args.history),
+            "task": lambda: row_task(max(3, args.repeat // 5), args.sizes, args.tmp),
+            "create": lambda: row_create(max(3, args.repeat // 3), args.sizes, args.tmp),
         }
         for name, fn in rows.items():
             if args.only in (None, name):

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import overhead  # bench/overhead.py: the calc repo and its DoD
+from bench_env import executable, positive_int
 
 from code_runner.record.result import load_result
 from code_runner.testing.chat_completions import ChatCompletions, Turn, call
@@ -289,9 +290,10 @@ def _report(mini: list[Sample], ours: list[Sample], bare: list[float], sandbox: 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="runs of each, interleaved")
+    parser.add_argument("--repeat", type=positive_int, default=5, help="runs of each, interleaved")
     parser.add_argument(
         "--mini",
+        type=executable,
         default=shutil.which("mini"),
         help="mini-swe-agent's `mini` (a throwaway venv: pip install mini-swe-agent)",
     )

@@ -21,6 +21,7 @@ import shutil
 import stat
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -158,10 +159,42 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, dumps(data), durable=durable)
 
 
+def jsonl_line(data: Any) -> bytes:
+    """`data` as one JSON line, valid UTF-8 (lone surrogates escaped, when there are any)."""
+    line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    try:
+        return line.encode("utf-8")  # the common case: no lone surrogate, nothing to scan for
+    except UnicodeEncodeError:
+        return _escape_surrogates(line).encode("utf-8")
+
+
+class JsonlLog:
+    """A JSON-lines log held open for appends (opened once, never through a planted link).
+    Each line is one `write` of its own, in the file when `append` returns: a process
+    killed at any point leaves every line appended before it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._close: Callable[[], None] = lambda: None
+
+    def append(self, data: Any) -> bytes:
+        raw = jsonl_line(data)
+        with _disk_full_is_typed(self.path):
+            if self._fd is None:
+                self._fd = proc.open_no_follow(self.path, os.O_WRONLY | os.O_APPEND)
+                self._close = weakref.finalize(self, os.close, self._fd)
+            os.write(self._fd, raw)
+        return raw
+
+    def close(self) -> None:
+        self._close()
+        self._fd = None
+
+
 def append_jsonl(path: Path, data: Any) -> bytes:
     """Append `data` as one JSON line; the bytes appended (a sealed log feeds its MAC)."""
-    line = _escape_surrogates(json.dumps(data, sort_keys=True, ensure_ascii=False, default=str))
-    raw = (line + "\n").encode("utf-8", "surrogateescape")
+    raw = jsonl_line(data)
     with _disk_full_is_typed(path):
         # never through a link planted where a log will be (a shared output dir, mid-run)
         fd = proc.open_no_follow(path, os.O_WRONLY | os.O_APPEND)

@@ -4,6 +4,9 @@ Retry-After, budgets, and reading a transcript back."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -257,3 +260,67 @@ def test_not_a_transcript(tmp_path: Path) -> None:
     )
     with pytest.raises(RecordError, match="not a valid transcript line"):
         read_recording(bad)
+
+
+def _descriptors_on(path: Path) -> list[str]:
+    """This process's descriptors open on the file at `path` (matched by device and inode)."""
+    want = (path.stat().st_dev, path.stat().st_ino)
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            info = fd.stat()
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if (info.st_dev, info.st_ino) == want:
+            found.append(fd.name)
+    return found
+
+
+def test_a_transcript_appends_through_one_descriptor_held_open(tmp_path: Path) -> None:
+    path = tmp_path / "t.transcript.jsonl"
+    transcript = Transcript(path)
+    transcript.write("session", backend="x", budget={})
+    held = _descriptors_on(path)
+    transcript.write("request", round=1, turn=1, attempt=1, body={"name": "\udcff"})
+    assert len(held) == 1 and _descriptors_on(path) == held  # not reopened per line
+    raw = path.read_bytes()
+    raw.decode("utf-8")  # a lone surrogate is escaped, the file stays UTF-8
+    assert [json.loads(line)["seq"] for line in raw.splitlines()] == [1, 2]
+    assert "\\xff" in json.loads(raw.splitlines()[1])["body"]["name"]
+    transcript.close()
+    assert _descriptors_on(path) == []
+    transcript.write("stop", round=1, stop="done")  # opened again, appended after the rest
+    assert [json.loads(line)["seq"] for line in path.read_bytes().splitlines()] == [1, 2, 3]
+    del transcript
+    assert _descriptors_on(path) == []  # let go of with the transcript
+
+
+def test_a_killed_writer_leaves_every_transcript_line_it_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "t.transcript.jsonl"
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        "from code_runner.agents.model.transcript import Transcript\n"
+        "t = Transcript(Path(sys.argv[1]))\n"
+        "t.write('session', backend='x', budget={})\n"
+        "for n in range(1, 51):\n"
+        "    t.write('request', round=1, turn=n, attempt=1, body={'messages': ['x' * 500] * n})\n"
+        "    t.write('response', round=1, turn=n, attempt=1, content='ok', tool_calls=[],\n"
+        "            finish_reason='stop', usage=None, chunks=1, duration_s=0.0, ttft_s=0.0)\n"
+        "print('written', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "written\n"
+        child.send_signal(signal.SIGKILL)  # mid-run: the transcript is still open
+    finally:
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    recording = read_recording(path)
+    assert [call.content for call in recording.round(1).calls] == ["ok"] * 50  # type: ignore[union-attr]
+    assert len(path.read_bytes().splitlines()) == 101

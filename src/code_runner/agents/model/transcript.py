@@ -178,17 +178,23 @@ class ModelClient(Protocol):
 
 
 class Transcript:
-    """Appends one JSON line per exchange; never rewrites (a crash leaves every line before)."""
+    """Appends one JSON line per exchange, each written as it happens through one open
+    descriptor; never rewrites (a crash, a kill included, leaves every line before)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._log = files.JsonlLog(path)
         self._seq = 0
         self._started = time.monotonic()
 
+    def close(self) -> None:
+        """Let go of the file (also done when the transcript is dropped); a later
+        `write` opens it again."""
+        self._log.close()
+
     def write(self, kind: str, /, **data: Any) -> None:
         self._seq += 1
-        files.append_jsonl(
-            self.path,
+        self._log.append(
             {
                 **data,
                 "seq": self._seq,
