@@ -132,12 +132,10 @@ def test_a_runner_that_is_not_root_stops_a_writer_at_the_budget(
         rounds = [
             [cmd(ENDLESS, timeout_s=120), call("write_file", path="calc.py", content=FIXED_BOTH)]
         ]
-        extra = {}
+        backend = "scripted:fix-calc.script.json"
     else:
         rounds = [[]]
-        extra = {
-            "backend": f"command:timeout_s=120 idle_timeout_s=120 -- sh -c {shlex.quote(ENDLESS)}"
-        }
+        backend = f"command:timeout_s=120 idle_timeout_s=120 -- sh -c {shlex.quote(ENDLESS)}"
     spec = write_task(
         nobody.root,
         source,
@@ -145,7 +143,7 @@ def test_a_runner_that_is_not_root_stops_a_writer_at_the_budget(
         command="grep -q 'a [*] b' calc.py",
         sandbox=mode,
         limits=LIMITS,
-        **extra,
+        backend=backend,
     )
     nobody.own()
     before = fingerprint(source)
