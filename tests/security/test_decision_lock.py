@@ -58,7 +58,9 @@ def _finished(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str
 
 def test_two_applies_at_once_land_one_commit(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
-    slow = "sleep 4; grep -q 'a [*] b' calc.py"  # the apply's DoD in the source takes a while
+    # the apply's DoD, in the source (bound at its own path), takes long enough for two more
+    # `code-runner` processes to start on a loaded machine; the run's DoD does not wait
+    slow = f"case $PWD in {source}) sleep 20;; esac; grep -q 'a [*] b' calc.py"
     spec = write_task(tmp_path, source, [[write("calc.py", FIXED_BOTH)]], command=slow)
     assert run_cli("run", str(spec)).returncode == 0
     out, head = tmp_path / "out", git(source, "rev-parse", "HEAD").strip()
@@ -86,8 +88,16 @@ def test_an_apply_or_reject_during_the_run_is_refused(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
     spec = write_task(tmp_path, source, [[write("calc.py", FIXED_BOTH)]], command="true")
     assert run_cli("run", str(spec)).returncode == 0  # a finished record of the task id
-    slow = "sleep 3; grep -q 'a [*] b' calc.py"
-    spec = write_task(tmp_path, source, [[write("calc.py", FIXED_BOTH)]], command=slow)
+    # the run's DoD waits (up to a minute) until both decisions were tried: the run holds its
+    # lock however slowly they start (without the sandbox, so the DoD sees the file)
+    release = tmp_path / "release"
+    slow = (
+        f"for i in $(seq 1200); do [ -e {release} ] && break; sleep 0.05; done; "
+        "grep -q 'a [*] b' calc.py"
+    )
+    spec = write_task(
+        tmp_path, source, [[write("calc.py", FIXED_BOTH)]], command=slow, sandbox="off"
+    )
     out, head = tmp_path / "out", git(source, "rev-parse", "HEAD").strip()
     running = _start("run", str(spec))
     _wait_until_held(out / "fix-calc.lock", running)
@@ -98,6 +108,7 @@ def test_an_apply_or_reject_during_the_run_is_refused(tmp_path: Path) -> None:
             ran.returncode == 3 and HELD in ran.stderr and "Traceback" not in ran.stderr,
             ran.stderr,
         )
+    release.touch()
     _, err = running.communicate(timeout=120)
     held("decision lock: the run ends as it would have", running.returncode == 0, err)
     held("decision lock: nothing committed", git(source, "rev-parse", "HEAD").strip() == head)

@@ -14,7 +14,10 @@ import pytest
 
 from code_runner import sandbox
 from tests.helpers.attacks import MODES, attack, call, cmd, dump, held
-from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint
+from tests.helpers.tasks import FIXED_BOTH, calc_repo, fingerprint, write_task
+from tests.security.unprivileged import Nobody, nobody
+
+__all__ = ["nobody"]  # a fixture
 
 pytestmark = pytest.mark.integration
 
@@ -113,3 +116,54 @@ def test_an_agent_cli_writing_past_the_budget_is_stopped_during_its_round(
         finished,
     )
     held(f"{mode}/cli: the source is unchanged", fingerprint(source) == before)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("writer", ["command", "cli"])
+def test_a_runner_that_is_not_root_stops_a_writer_at_the_budget(
+    nobody: Nobody, mode: str, writer: str
+) -> None:
+    """The same budget for uid 65534: a tool call and an agent CLI round that write without
+    end are each stopped soon after they pass it, and the source is unchanged."""
+    if mode == "required" and not sandbox.probe().ok:
+        pytest.skip("no working sandbox here")
+    source = calc_repo(nobody.root)
+    if writer == "command":
+        rounds = [
+            [cmd(ENDLESS, timeout_s=120), call("write_file", path="calc.py", content=FIXED_BOTH)]
+        ]
+        backend = "scripted:fix-calc.script.json"
+    else:
+        rounds = [[]]
+        backend = f"command:timeout_s=120 idle_timeout_s=120 -- sh -c {shlex.quote(ENDLESS)}"
+    spec = write_task(
+        nobody.root,
+        source,
+        rounds,
+        command="grep -q 'a [*] b' calc.py",
+        sandbox=mode,
+        limits=LIMITS,
+        backend=backend,
+    )
+    nobody.own()
+    before = fingerprint(source)
+    done = nobody.run(spec, timeout=240)
+    text = done.stdout + done.stderr
+    result = nobody.result()
+    name = f"nobody/{mode}/{writer}"
+    held(f"{name}: the run ended on its budget", result["reason"] == "disk_budget", text[-2000:])
+    held(f"{name}: exit 1, no traceback", done.returncode == 1 and "Traceback" not in text, text)
+    held(f"{name}: the message names the limit", "disk_mb = 5" in result["error"], result)
+    events = nobody.events()
+    if writer == "command":
+        ran = [e for e in events if e["kind"] == "tool_result"]
+        held(f"{name}: one call, killed mid-run", len(ran) == 1, ran)
+    else:
+        finished = [e for e in events if e["kind"] == "cli_finished"]
+        held(
+            f"{name}: the round was stopped on its budget, long before its timeout",
+            finished[-1]["ending"] == "disk_budget" and finished[-1]["duration_s"] < 30,
+            finished,
+        )
+    held(f"{name}: the workspace is gone", not any(nobody.state.rglob("workspaces/*")))
+    held(f"{name}: the source is unchanged", fingerprint(source) == before)
