@@ -39,6 +39,11 @@ def _bad(name: str, raw: str, form: str) -> UsageError:
     )
 
 
+def _in_range(name: str, raw: str, form: str, value: float, low: float, high: float) -> None:
+    if not math.isfinite(value) or not low <= value <= high:
+        raise _bad(name, raw, form)
+
+
 def whole_number(
     name: str, low: int, high: int, environ: Mapping[str, str] | None = None
 ) -> int | None:
@@ -51,8 +56,7 @@ def whole_number(
         value = int(raw)
     except ValueError:
         raise _bad(name, raw, form) from None
-    if not low <= value <= high:
-        raise _bad(name, raw, form)
+    _in_range(name, raw, form, value, low, high)
     return value
 
 
@@ -68,8 +72,7 @@ def seconds(
         value = float(raw)
     except ValueError:
         raise _bad(name, raw, form) from None
-    if not math.isfinite(value) or not low <= value <= high:
-        raise _bad(name, raw, form)
+    _in_range(name, raw, form, value, low, high)
     return value
 
 
