@@ -56,6 +56,8 @@ def test_two_items_commit_in_order_with_trailers_and_export(tmp_path: Path) -> N
     log = git(source, "log", "--format=%H %P", "plan/out").split("\n")
     assert log[0].split() == [p2["commit"], p1["commit"]]  # P2 starts from P1's commit
     assert log[1].split() == [p1["commit"], base]
+    for item in (p1, p2):  # each item's verified tree, as its commit holds it
+        assert item["tree"] == git(source, "rev-parse", f"{item['commit']}^{{tree}}").strip()
     body = _trailers(source, "plan/out")
     assert body.splitlines()[0] == "P2: Add sub @ alice # 12"
     for line in ("Plan-Item: P2", "Plan-Revision: r1", f"Code-Runner-Plan: {status['plan_id']}",
@@ -71,6 +73,8 @@ def test_two_items_commit_in_order_with_trailers_and_export(tmp_path: Path) -> N
     out = record.parents[2]
     for name in ("plan.status.json", "plan.result.json", "plan.md", "plan.events.jsonl"):
         assert (out / name).is_file()
+    kept = json.loads((out / "plan.result.json").read_text())["items"]
+    assert [(i["commit"], i["tree"]) for i in kept] == [(p["commit"], p["tree"]) for p in (p1, p2)]
 
     listed = plan_cli("list", "--json")
     assert [p["plan_id"] for p in json.loads(listed.stdout)["plans"]] == [status["plan_id"]]

@@ -63,7 +63,8 @@ def plan_status(store: PlanStore, plan_id: str) -> dict[str, Any]:
     items = []
     for item in plan.items:
         mine = [a for a in attempts if a["item"] == item.id and not a["superseded"]]
-        commit = next((ledger[a["id"]]["sha"] for a in reversed(mine) if a["id"] in ledger), None)
+        kept = next((ledger[a["id"]] for a in reversed(mine) if a["id"] in ledger), None)
+        commit = kept["sha"] if kept is not None else None
         result = json.loads(mine[-1]["result"] or "{}") if mine else {}
         items.append(
             {
@@ -71,6 +72,7 @@ def plan_status(store: PlanStore, plan_id: str) -> dict[str, Any]:
                 "title": item.title,
                 "state": _item_state(mine, ledger),
                 "commit": commit,
+                "tree": kept["tree"] if kept is not None else None,
                 "attempts": [
                     {
                         "id": a["id"],
