@@ -14,8 +14,15 @@ import yaml
 
 from tests.helpers.git import git, make_repo
 from tests.helpers.plan_data import BASE_FILES, cli, file, item, plan_data
-from tests.helpers.plan_runs import FIXED, calc_source, plan_item, put, run_plan, write_plan
-from tests.helpers.plan_runs import write_script
+from tests.helpers.plan_runs import (
+    FIXED,
+    calc_source,
+    plan_item,
+    put,
+    run_plan,
+    write_plan,
+    write_script,
+)
 from tests.helpers.tasks import fingerprint
 
 pytestmark = pytest.mark.integration

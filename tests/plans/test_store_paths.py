@@ -81,7 +81,9 @@ def test_the_plan_lock_through_a_symlinked_state_dir_is_the_same_lock(tmp_path: 
     link = tmp_path / "state-link"
     link.symlink_to(real, target_is_directory=True)
     source, plan = calc_plan(tmp_path)
-    plan_id = default_plan_id(plan.stem, Plan.model_validate_json(plan.read_text()).content_sha256())
+    plan_id = default_plan_id(
+        plan.stem, Plan.model_validate_json(plan.read_text()).content_sha256()
+    )
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, plan_id], stdout=subprocess.PIPE,
                               text=True)  # fmt: skip
     try:
@@ -97,4 +99,5 @@ def test_the_plan_lock_through_a_symlinked_state_dir_is_the_same_lock(tmp_path: 
     finally:
         holder.kill()
         holder.wait()
-        holder.stdout.close()
+        if holder.stdout is not None:
+            holder.stdout.close()

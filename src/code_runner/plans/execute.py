@@ -150,6 +150,7 @@ class PlanRun:
         self.settings, self.out, self.on_event = settings, out, on_event
         self.closing = False  # a signal came: no further item is admitted
         self.settling = False  # a terminal write is under way: a signal waits for it
+        self.leftover = ""  # a workspace this run could not remove: no further item
 
     def _close(self, _name: str) -> None:
         self.closing = True
@@ -169,7 +170,10 @@ class PlanRun:
             ):
                 self._loop(runner)
         finally:
-            self.store.end_run(self.plan_id)
+            if self.leftover:
+                self.store.end_run(self.plan_id, f"needs recovery: {self.leftover}")
+            else:
+                self.store.end_run(self.plan_id)
             status = write_views(self.store, self.plan_id, self.out)
             self.emit("run_finished", status=status["status"])
         return status
@@ -180,8 +184,8 @@ class PlanRun:
             assert item is not None
             ended = self.run_item(runner, item)
             write_views(self.store, self.plan_id, self.out)
-            if ended is not AttemptState.COMPLETED:
-                break  # a failed item waits for the next `plan run`
+            if ended is not AttemptState.COMPLETED or self.leftover:
+                break  # a failed item, or a leftover workspace, waits for the next start
 
     def _admissible(self) -> bool:
         row = self.store.plan(self.plan_id)
@@ -290,6 +294,9 @@ class PlanRun:
         self.store.mark_running(attempt["id"])
         self.emit("item_running", item=item_id, run_id=run_id, record=str(where))
         result = run_task(pre, run_id=run_id, item_mode=True, allowlist=every_path())
+        if not result.worktree_removed:  # the next start's recovery removes it
+            self.leftover = f"the workspace of {item_id} ({run_id}) could not be removed"
+            self.emit("needs_recovery", item=item_id, run_id=run_id, reason=self.leftover)
         if result.reason in (Reason.INTERRUPTED, Reason.STOPPED):
             self.store.record_first_reason(attempt["id"], FirstReason.SHUTDOWN)
         crash_point(item_id, "audited")

@@ -28,7 +28,7 @@ from typing import Any
 from code_runner import dirs, files
 from code_runner.apply import repair_stale
 from code_runner.clock import utc_now
-from code_runner.errors import CodeRunnerError, LockHeld, RecordError
+from code_runner.errors import CodeRunnerError, EnvironmentProblem, LockHeld, RecordError
 from code_runner.plans.export import ExportRequest, exports, partial_dir, target_state
 from code_runner.plans.export_apply import landed_steps
 from code_runner.plans.lock import export_lock, plan_lock
@@ -80,18 +80,19 @@ def recover_plan(
     done = Recovered(plan_id)
     partial: dict[str, str] = {}
     for row in store.attempts(plan_id):
-        if not AttemptState(row["state"]).active:
-            continue
         run_id = run_id_of(row["record_dir"])
         if run_id is None:
             continue
-        kill_run_processes(run_id)
         workspace = dirs.workspaces_dir() / run_id
+        if not AttemptState(row["state"]).active:
+            if _remove_workspace(workspace, row["item"]):  # its release failed in the run
+                done.removed.append(str(workspace))
+            continue
+        kill_run_processes(run_id)
         saved = save_partial(workspace, row["parent"], Path(row["record_dir"]))
         if saved is not None:
             partial[row["id"]] = saved
-        if workspace.exists():
-            remove_root(workspace)  # its overlay's mounts first, then its own files
+        if _remove_workspace(workspace, row["item"]):
             done.removed.append(str(workspace))
         remove_leftovers(run_id)
         _abandon(Path(row["record_dir"]), row["item"], run_id)
@@ -105,6 +106,22 @@ def recover_plan(
     store.end_run(plan_id, "the plan process stopped")
     done.exports = recover_exports(store, plan_id)
     return done
+
+
+def _remove_workspace(workspace: Path, item: str) -> bool:
+    """Remove a workspace a run left (its overlay's mounts first, then its own files); True
+    when there was one. One that cannot be removed stops recovery before any admission."""
+    if not (workspace.exists() or workspace.is_symlink()):
+        return False
+    try:
+        remove_root(workspace)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"the workspace {workspace} left by {item} cannot be removed: {exc.strerror or exc}.",
+            fix="take down what is mounted in it (or make it removable), then start the plan"
+            " again; nothing runs until it is gone.",
+        ) from None
+    return True
 
 
 def recover_exports(

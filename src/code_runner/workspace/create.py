@@ -216,10 +216,15 @@ class Workspace:
         return max(0, self._usage() - self.created_bytes)
 
     def release(self) -> bool:
-        """Remove the workspace and its git dir. True when nothing is left."""
-        remove_root(self.root)
-        if self._checkout is not None:
-            self._checkout.release()
+        """Remove the workspace and its git dir. True when nothing is left; False when it
+        could not be removed (a file system mounted inside it): what is left carries its
+        lease, so `gc` or the plan's next start removes it."""
+        try:
+            with contextlib.suppress(OSError):
+                remove_root(self.root)
+        finally:
+            if self._checkout is not None:
+                self._checkout.release()
         return not self.root.exists()
 
 
