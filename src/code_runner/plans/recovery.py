@@ -6,6 +6,8 @@ are killed; what its workspace holds is saved as the attempt's partial patch; ev
 left active is finalised by the store's one settlement mapping, in one transaction; its
 workspaces, sandbox groups and attempt refs are removed; then owed work is paid (a saved
 finding, a scope pause, a protected-change gate) before any item may be admitted.
+A workspace a live run could not release (its plan paused "needs recovery") is removed
+here too; one that still cannot be removed stops the start before any admission.
 
 An export left `exporting` by a dead process (its export lock free) is settled too, here and
 first in every `plan export`: a half-applied `--apply` is repaired from its journals (rolled
