@@ -64,12 +64,17 @@ def test_a_missing_interpreter_is_a_preflight_error(tmp_path: Path) -> None:
         sandbox="off",
         env={"python": "envs/nowhere/bin/python"},
     )
+    dry = run_cli("dry-run", str(spec))  # predicts the run: the same refusal, the same exit
     done = run_cli("run", str(spec))
     assert done.returncode == 3, done.stdout + done.stderr
     result = load_result(tmp_path / "out")
     assert result["reason"] == "dod_cannot_start"
     assert "envs/nowhere/bin/python" in result["error"] and "env.python" in result["error"]
     assert result["rounds"] == 0
+    assert dry.returncode == 3, dry.stdout + dry.stderr
+    assert "(missing)" not in dry.stdout and "nothing was created" not in dry.stdout
+    said = " ".join(dry.stderr.split())  # the run's own message and fix, word for word
+    assert " ".join(result["error"].split()) in said, (result["error"], dry.stderr)
 
 
 def test_env_python_names_an_environment_outside_the_repo(tmp_path: Path) -> None:

@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from code_runner.workspace.python_env import discover
+from tests.helpers.apply_runs import source_state
 from tests.helpers.git import git, make_repo
 from tests.helpers.projects import (
     DOD,
     FIXED,
     PY,
+    TEST,
     WRONG,
     editable_project,
     make_venv,
@@ -25,7 +27,7 @@ from tests.helpers.projects import (
     poetry_project,
     uv_project,
 )
-from tests.helpers.tasks import load_result, run_cli, write, write_task
+from tests.helpers.tasks import fingerprint, load_result, run_cli, write, write_task
 
 pytestmark = pytest.mark.integration
 
@@ -89,12 +91,36 @@ def test_an_uncommitted_source_change_is_never_seen(
 def test_a_wrong_patch_fails_and_check_shows_the_dods_words(
     tmp_path: Path, tools_dir: Path | None, layout: str, form: str
 ) -> None:
+    """A wrong patch fails its run, which `apply --check` refuses; a patch that passed its
+    run but is wrong on the source's HEAD (the test there wants 2; the run's wanted 3) is
+    one `apply --check` says would fail, with the DoD's own assertion, under the sandbox;
+    and `apply` puts the source back."""
     source = editable_project(tmp_path, layout=layout, form=form, tools_dir=tools_dir)
-    (source / module_path(layout)).write_text(FIXED)
-    spec = _task(tmp_path, source, layout, [[write(module_path(layout), WRONG)]], sandbox="off")
-    done = run_cli("run", str(spec))
-    assert done.returncode != 0
-    assert load_result(tmp_path / "out")["status"] == "failed"
+    module = module_path(layout)
+    wrong = [[write(module, WRONG)]]
+    for where in ("failed", "passed"):
+        (tmp_path / where).mkdir()
+    spec = _task(tmp_path / "failed", source, layout, wrong, sandbox="auto")
+    assert run_cli("run", str(spec)).returncode == 1
+    assert load_result(tmp_path / "failed" / "out")["status"] == "failed"
+    refused = run_cli("apply", "--check", str(tmp_path / "failed" / "out"))
+    assert refused.returncode == 2 and "did not pass its DoD" in refused.stderr, refused.stderr
+    # the run's HEAD wants 3, so the wrong patch passes there; then HEAD wants 2 again
+    (source / "test_value.py").write_text(TEST.replace("== 2", "== 3"))
+    git(source, "commit", "-qam", "want 3")
+    spec = _task(tmp_path / "passed", source, layout, wrong, sandbox="auto")
+    assert run_cli("run", str(spec)).returncode == 0
+    (source / "test_value.py").write_text(TEST)
+    git(source, "commit", "-qam", "want 2")
+    out = tmp_path / "passed" / "out"
+    check = run_cli("apply", "--check", str(out))
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "would fail" in check.stdout and "the DoD said:" in check.stdout, check.stdout
+    assert "assert 3 == 2" in check.stdout, check.stdout
+    before = source_state(source)
+    applied = run_cli("apply", str(out))
+    assert applied.returncode == 1 and "rolled back" in applied.stdout, applied.stdout
+    assert source_state(source) == before
 
 
 @pytest.mark.parametrize("sandbox", ["auto", "off"])
@@ -104,11 +130,9 @@ def test_an_environment_outside_the_repo_works(
     env = tmp_path / "envs" / "tinypkg"
     source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir, env_at=env)
     monkeypatch.setenv("VIRTUAL_ENV", str(env))
-    (source / module_path("src")).write_text(WRONG)  # never seen
-    spec = _task(tmp_path, source, "src", [[write(module_path("src"), FIXED)]], sandbox=sandbox)
-    done = run_cli("run", str(spec))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert load_result(tmp_path / "out")["status"] == "passed"
+    before = fingerprint(env)
+    _passes_in_run_and_check(tmp_path, source, sandbox)
+    assert fingerprint(env) == before  # the environment is used, never written
 
 
 def test_check_shows_the_dods_own_error_text(tmp_path: Path, tools_dir: Path | None) -> None:
@@ -220,19 +244,15 @@ def test_node_modules_tools_reach_the_dod(tmp_path: Path, sandbox: str) -> None:
 
 
 @pytest.mark.parametrize("sandbox", ["auto", "off"])
-def test_a_venv_dir_in_the_repo_works_in_run_and_check(
+def test_a_venv_dir_in_the_repo_works_in_run_check_and_apply(
     tmp_path: Path, tools_dir: Path | None, sandbox: str
 ) -> None:
     venv = tmp_path / "source" / "venv"
     source = editable_project(tmp_path, layout="src", form="pth", tools_dir=tools_dir, env_at=venv)
-    (source / module_path("src")).write_text(WRONG)  # uncommitted: never seen
-    spec = _task(tmp_path, source, "src", [[write(module_path("src"), FIXED)]], sandbox=sandbox)
-    done = run_cli("run", str(spec))
-    assert done.returncode == 0, done.stdout + done.stderr
-    git(source, "checkout", "--", module_path("src"))  # apply refuses an overlapping change
-    check = run_cli("apply", "--check", str(tmp_path / "out"))
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "would pass" in check.stdout
+    assert discover(source, environ={}).origin == "venv"
+    before = fingerprint(venv)
+    _passes_in_run_and_check(tmp_path, source, sandbox)  # run, apply --check and apply
+    assert fingerprint(venv) == before  # the source's venv/ is used, never written
 
 
 # --- the environments people have: conda, poetry, uv -------------------------------------

@@ -141,9 +141,8 @@ def dry_run_command(spec_path: Path, explain_risk: bool, as_json: bool) -> int: 
             sandboxed=pre.sandbox is not None and pre.sandbox.use and os.geteuid() == 0,
             cached=not getattr(pre.agent, "edits_as_runner", False),
         ),
-        "dod_environment": workspace.from_section(
-            Path(str(pre.source.work_tree)), task.env
-        ).describe(),
+        # what the run would refuse (a missing env.python) dry-run refuses the same way
+        "dod_environment": runner.project_env(Path(str(pre.source.work_tree)), task.env).describe(),
         "skills": [
             {k: v for k, v in skill.to_dict().items() if k != "files"}
             for skill in run_skills.read_skills(task)

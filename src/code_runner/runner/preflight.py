@@ -1,5 +1,6 @@
 """Everything that can be checked before a run creates anything: the source is a git repo,
-the base commit exists, the backend can be built and reached, the run dir can be written."""
+the base commit exists, the backend can be built and reached, the run dir can be written;
+and `project_env`, the DoD's environment, which the run and `dry-run` both take from here."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from code_runner import agents, apply
+from code_runner import agents, apply, workspace
 from code_runner.agents.base import Agent
 from code_runner.errors import PreflightError
 from code_runner.repo import git
 from code_runner.sandbox import READ_ONLY_FIX, Decision, decide
 from code_runner.task import TaskSpec
+from code_runner.task.env import DodEnv
+
+
+class DodCannotStart(PreflightError):
+    """The DoD could not start at base: its command, interpreter or the project's own
+    package is missing. A preflight error (exit 3): no agent round can fix it."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,19 @@ def preflight(spec: TaskSpec, *, base_dir: Path) -> Preflight:
         warnings=tuple(warnings),
         sandbox=decision,
     )
+
+
+def project_env(source_dir: Path, section: DodEnv) -> workspace.ProjectEnv:
+    """The environment the spec's `env` section gives the DoD; an interpreter it names that
+    does not exist is a `DodCannotStart`, in a run and in `dry-run` alike."""
+    found = workspace.from_section(source_dir, section)
+    if found.python is not None and not os.path.exists(found.python):
+        raise DodCannotStart(
+            f"the interpreter {found.python} (env.python) does not exist",
+            fix="create that environment, or set env.python to an interpreter that exists "
+            "(or to 'auto').",
+        )
+    return found
 
 
 def new_run_id(task_id: str) -> str:

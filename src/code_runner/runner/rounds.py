@@ -18,10 +18,11 @@ from typing import Any
 
 from code_runner import apply, proc, verify, workspace
 from code_runner.agents.base import Agent, AgentOutcome, AgentStop, BudgetKind, RoundContext
-from code_runner.errors import CodeRunnerError, DiskBudgetExceeded, Interrupted, PreflightError
+from code_runner.errors import CodeRunnerError, DiskBudgetExceeded, Interrupted
 from code_runner.events import EventKind
 from code_runner.record import Reason, ResultStatus, RunRecord, RunState
 from code_runner.runner.leftovers import end_agent_processes, own_descendants, tree_of
+from code_runner.runner.preflight import DodCannotStart
 from code_runner.sandbox import Session
 from code_runner.task import TaskSpec
 from code_runner.task.paths import Allowlist
@@ -63,11 +64,6 @@ class Best:
     round_index: int
     passed: bool = False
     changes: tuple[workspace.Change, ...] = ()
-
-
-class DodCannotStart(PreflightError):
-    """The DoD could not start at base: its command, interpreter or the project's own
-    package is missing. A preflight error (exit 3): no agent round can fix it."""
 
 
 @dataclass(frozen=True)

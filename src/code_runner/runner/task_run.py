@@ -33,8 +33,8 @@ from code_runner.record import (
     views,
 )
 from code_runner.repo import snapshot
-from code_runner.runner.preflight import Preflight, new_run_id
-from code_runner.runner.rounds import DodCannotStart, Ending, RoundLoop, apply_ending
+from code_runner.runner.preflight import DodCannotStart, Preflight, new_run_id, project_env
+from code_runner.runner.rounds import Ending, RoundLoop, apply_ending
 from code_runner.sandbox import SandboxMode, SandboxUser, Session, new_identity, open_session
 from code_runner.task import contract, spec_to_request
 from code_runner.task.paths import Allowlist
@@ -312,14 +312,7 @@ class TaskRun:
     def _project_env(self) -> workspace.ProjectEnv:
         """The env section's environment; a named interpreter that is missing ends the run."""
         assert self.pre.source.work_tree is not None
-        found = workspace.from_section(self.pre.source.work_tree, self.spec.env)
-        if found.python is not None and not os.path.exists(found.python):
-            raise DodCannotStart(
-                f"the interpreter {found.python} (env.python) does not exist",
-                fix="create that environment, or set env.python to an interpreter that exists "
-                "(or to 'auto').",
-            )
-        return found
+        return project_env(self.pre.source.work_tree, self.spec.env)
 
     def _work(self, source_before: Callable[[], snapshot.SourceSnapshot]) -> None:
         """Workspace, rounds, export, apply: the part a signal or an error may cut short."""
