@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from starlette.testclient import TestClient
 
@@ -175,6 +176,21 @@ def serve(runs: Path, *extra: str, host: str = "127.0.0.1") -> Iterator[Served]:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+def reload(page: Page) -> None:
+    """Reload as a person presses F5. The page may be reloading itself at that moment (a
+    state change it saw over SSE), and a navigation it started first aborts this one: then
+    wait for the page's own load and reload again."""
+    for _ in range(5):
+        try:
+            page.reload()
+            return
+        except PlaywrightError as exc:
+            if "ERR_ABORTED" not in str(exc):
+                raise
+            page.wait_for_load_state()
+    page.reload()
 
 
 def screenshot(page: Page, tmp_path: Path, name: str) -> Path:

@@ -35,6 +35,7 @@ from tests.helpers.web import (
     METRICS_SCRIPT,
     PY,
     finished_exec,
+    reload,
     screenshot,
     serve,
     slow_task_spec,
@@ -68,7 +69,7 @@ def test_a_task_run_live_then_its_diff_and_apply_check(page: Page, tmp_path: Pat
         finally:
             assert run.wait(timeout=120) == 0
         assert page.locator("#events tr.fresh").count() >= 5
-        page.reload()
+        reload(page)
         expect(page.locator("#run-state")).to_have_text("passed")
         expect(page.locator("table.diff.unified tr.l-add").first).to_be_visible()
         page.get_by_label("side by side").check()
@@ -193,14 +194,14 @@ def test_a_scope_pause_amended_approved_and_resumed_in_the_browser(
             },
         )  # fmt: skip
         assert "replayed" in retried.text() and "exit 0" in retried.text()
-        page.reload()
+        reload(page)
         page.get_by_role("button", name="approve: continue").dblclick()  # two POSTs, one action
         expect(output).to_contain_text("replayed", timeout=30_000)
-        page.reload()
+        reload(page)
         expect(page.locator("#run-state")).to_have_text("ready")
         page.get_by_role("button", name="resume the plan").click()  # the page reloads itself
         assert wait_for(lambda: plan_state(out) == "done", 120)
-        page.reload()
+        reload(page)
         expect(page.locator("#run-state")).to_have_text("done")
         expect(page.locator("table.items")).not_to_contain_text("pending")
         expect(page.locator("table.items")).to_contain_text("extra.txt, declared in r2")
@@ -276,7 +277,7 @@ def test_the_stop_button_ends_a_live_task_run(
                 expect(said).to_contain_text("stopped", timeout=60_000)
                 expect(said).to_contain_text("exit 0")
                 assert running.wait(timeout=60) != 0
-                page.reload()
+                reload(page)
                 expect(page.locator("#run-state")).to_have_text("interrupted")
                 screenshot(page, tmp_path, "task-stopped")
         finally:
