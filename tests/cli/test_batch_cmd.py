@@ -65,7 +65,8 @@ def test_a_second_batch_in_one_run_dir_needs_resume(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_running_items_cleanly_and_resume_finishes_them(tmp_path: Path) -> None:
     source = calc_repo(tmp_path)
-    marker = f"30.{os.getpid() % 10000:04d}1"  # its own: other runs of this test may be live
+    # its own marker (other runs of this test may be live), and a sleep no slow machine outlasts
+    marker = f"600.{os.getpid() % 10000:04d}1"
     task_specs(tmp_path / "specs", source, 3, before=[f"sleep {marker}"])
     args = ["batch", str(tmp_path / "specs"), "--run-dir", str(tmp_path / "run"), "--grace", "2s"]
     driver = subprocess.Popen(
@@ -74,17 +75,20 @@ def test_ctrl_c_stops_the_running_items_cleanly_and_resume_finishes_them(tmp_pat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while len(processes_with(f"sleep {marker}")) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
+    sleeping = processes_with(f"sleep {marker}")
     started = time.monotonic()
     driver.send_signal(signal.SIGINT)
     _, err = driver.communicate(timeout=60)
+    assert len(sleeping) == 2, f"both slots' items should be in their sleep: {sleeping}, {err!r}"
     assert driver.returncode == 130, err
     assert time.monotonic() - started < 20
     assert "no new items" in err.decode()
     lines = results(tmp_path / "run")
-    assert sorted(line["status"] for line in lines) == ["cancelled", "cancelled"]  # t02 never ran
+    statuses = sorted(line["status"] for line in lines)
+    assert statuses == ["cancelled", "cancelled"], (lines, err)  # t02 never ran
     assert wait_until_gone(marker) == []
     for script in (tmp_path / "specs").glob("t*.script.json"):  # the resumed agents do not wait
         script.write_text(script.read_text().replace(f"sleep {marker}", "true"))

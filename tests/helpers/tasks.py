@@ -78,7 +78,13 @@ def cmd(command: str) -> dict[str, Any]:
 
 
 def fingerprint(repo: Path) -> dict[str, str]:
-    """Every byte under the repo, .git included: the strongest "unchanged" check there is."""
+    """Every byte under the repo, .git included: the strongest "unchanged" check there is.
+
+    The one exception is the index's stat cache. Git itself rewrites it on a read (`git
+    status` refreshes entries whose timestamps fall in the index's own second, its racy-git
+    guard), so whether it changed depends on the clock, not on what was done. The index is
+    taken by what it holds instead: every entry's mode, blob, stage, flags and path.
+    """
     found: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(repo):
         dirnames.sort()
@@ -88,9 +94,24 @@ def fingerprint(repo: Path) -> dict[str, str]:
             st = full.lstat()
             if os.path.islink(full):
                 found[rel] = "link:" + os.readlink(full)
+            elif rel == ".git/index":
+                found[rel] = f"{st.st_mode:o}:entries:" + index_entries(repo)
             else:
                 found[rel] = f"{st.st_mode:o}:" + hashlib.sha256(full.read_bytes()).hexdigest()
     return found
+
+
+def index_entries(repo: Path) -> str:
+    """A hash of the index's entries without their stat cache (`ls-files --stage -v`); of its
+    raw bytes when git cannot read it."""
+    where = ["--git-dir", str(repo / ".git"), "--work-tree", str(repo)]
+    listed = subprocess.run(
+        ["git", "-c", "safe.directory=*", *where, "ls-files", "--stage", "-v", "-z"],
+        capture_output=True,
+    )
+    if listed.returncode != 0:
+        return "raw:" + hashlib.sha256((repo / ".git/index").read_bytes()).hexdigest()
+    return hashlib.sha256(listed.stdout).hexdigest()
 
 
 def run_cli(

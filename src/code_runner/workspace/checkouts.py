@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +74,12 @@ def acquire(source: git.Repo, base: str) -> Checkout:
                 os.utime(entry / "ok")  # recently used: evicted last
                 _evict(keep=tree, room=1)
                 return Checkout(tree, commit, entry / "tree", entry / "index", fd)
-            _lock(fd, tree, shared=False)
+            try:
+                _lock(fd, tree, shared=False, waiting=lambda: _meanwhile(fd, entry, tree))
+            except _Built:
+                continue  # another run built it while this one waited: read it shared
+            except _Exclusive:
+                pass
             if not _verified(entry, tree):
                 _build(source, base, entry, tree)
         raise OSError(errno.EAGAIN, f"the checkout cache entry {entry} kept changing")
@@ -82,7 +88,31 @@ def acquire(source: git.Repo, base: str) -> Checkout:
         raise
 
 
-def _lock(fd: int, tree: str, *, shared: bool) -> None:
+class _Built(Exception):
+    """The entry was built by another run while this one waited to build it."""
+
+
+class _Exclusive(Exception):
+    """The exclusive lock was taken after all: the readers had gone."""
+
+
+def _meanwhile(fd: int, entry: Path, tree: str) -> None:
+    """While waiting to build an entry: stop waiting once another run has built it (its
+    readers hold the lock shared for as long as their workspaces live, so the exclusive
+    lock may not come for hours), or when only readers hold an entry that no longer
+    matches its record (it cannot be rebuilt under them: the caller makes a clone)."""
+    if _verified(entry, tree):
+        raise _Built
+    if entry.exists() and files.try_flock(fd, shared=True):
+        if files.try_flock(fd):
+            raise _Exclusive
+        raise OSError(
+            errno.EBUSY,
+            f"the checkout cache entry {entry} is in use and no longer matches its record",
+        )
+
+
+def _lock(fd: int, tree: str, *, shared: bool, waiting: Callable[[], None] | None = None) -> None:
     def held() -> LockHeld:
         return LockHeld(
             f"the checkout cache entry of tree {tree} has been locked for over "
@@ -90,7 +120,9 @@ def _lock(fd: int, tree: str, *, shared: bool) -> None:
             fix="wait for the run building it, or run `code-runner gc`.",
         )
 
-    files.wait_flock(fd, shared=shared, timeout_s=LOCK_TIMEOUT_S, poll_s=0.02, held=held)
+    files.wait_flock(
+        fd, shared=shared, timeout_s=LOCK_TIMEOUT_S, poll_s=0.02, held=held, waiting=waiting
+    )
 
 
 def _digest(path: Path) -> str:

@@ -274,7 +274,7 @@ def create(
             try:
                 return _overlay_workspace(source, paths, base, owner)
             except OSError as exc:
-                fallback = f"overlayfs failed ({exc.strerror or exc}); a clone was made"
+                fallback = f"no overlay ({exc.strerror or exc}); a clone was made"
                 _clear(root, keep={"lease.json", paths.home_dir.name, paths.tmp_dir.name})
         with source_lock(source.git_dir):
             git.clone_shared(source, git_dir=paths.git_dir, work_tree=paths.work_tree)
