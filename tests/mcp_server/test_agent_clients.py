@@ -95,6 +95,9 @@ def _claude(tmp_path: Path, server: ScriptedServer, source: Path, prompt: str) -
         "DISABLE_AUTOUPDATER": "1",
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "MCP_CONNECTION_NONBLOCKING": "0",  # -p would otherwise start before the server is up
+        # Claude Code gives a server 5 s to connect; importing the MCP SDK alone takes longer
+        # on a busy machine, and the tools would then be missing from every turn
+        "MCP_CONNECT_TIMEOUT_MS": "120000",
     }
     argv = [
         str(CLAUDE), "-p", "--output-format", "stream-json", "--verbose",
@@ -244,6 +247,7 @@ def test_codex_hands_a_bug_to_code_runner_over_mcp(tmp_path: Path) -> None:
             "-c", f"mcp_servers.code_runner.args={json.dumps(args)}",
             "-c", f'mcp_servers.code_runner.env={{CODE_RUNNER_STATE_DIR="{state}"}}',
             "-c", 'mcp_servers.code_runner.default_tools_approval_mode="approve"',
+            "-c", "mcp_servers.code_runner.startup_timeout_sec=120",  # as Claude Code's above
             "--", "Fix calc.py through code-runner.",
         ]  # fmt: skip
         env = {**os.environ, "CODEX_HOME": str(codex_home), "CR_TEST_MCP_KEY": KEY}
