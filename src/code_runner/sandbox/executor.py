@@ -8,9 +8,11 @@ Per command, it receives `{"nonce", "argv", "cwd"}` and the command's stdout and
 (descriptors of the runner's own files, passed over the socket), starts the command in a
 session of its own, and waits for it, or for `{"kill": grace_s}` from the runner (a
 timeout, the output cap). When the command ends, everything else in the sandbox's PID
-namespace is killed and reaped (it is the namespace's subreaper), and each DIR (the
-private `/tmp` and the other scratch mounts) is emptied and System V IPC objects are
-removed, so the next command starts clean. The reply echoes the nonce, which no command
+namespace is killed and reaped (it is the namespace's subreaper) before the reply; after
+it, while the runner reads the output, each DIR (the private `/tmp` and the other scratch
+mounts) is emptied and System V IPC objects are removed, before the next request is read,
+so the next command starts clean. The command is started by vfork (no code of ours runs
+in the child: see `_OomPreference`). The reply echoes the nonce, which no command
 can read: the executor is not dumpable (no ptrace, no `/proc/PID/fd` or `mem` of it), and
 its socket is never inherited.
 """
@@ -270,13 +272,16 @@ def serve(sock: socket.socket, dirs: list[str], oom: _OomPreference) -> int:
         if not isinstance(started, str):
             alive = _wait(sock, started)
             code = started.returncode
-        killed = _sweep(keep)
+        killed = _sweep(keep)  # before the answer: nothing of the command runs after it
+        if alive:
+            reply = {"nonce": request["nonce"], "returncode": code, "killed": killed}
+            sock.sendall(json.dumps(reply).encode())
+        # after the answer, in parallel with the runner: the next request stays in the
+        # socket until this is done (nothing outside the sandbox sees these)
         _wipe(dirs)
         _remove_ipc()
         if not alive:
             return 0
-        reply = {"nonce": request["nonce"], "returncode": code, "killed": killed}
-        sock.sendall(json.dumps(reply).encode())
 
 
 def main(argv: list[str]) -> int:

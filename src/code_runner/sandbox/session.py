@@ -33,6 +33,7 @@ from code_runner.sandbox.profile import (
     Programs,
     SandboxUser,
     sandbox_env,
+    under,
 )
 from code_runner.sandbox.resident import Resident, ResidentError, run_command
 
@@ -118,7 +119,7 @@ def _mount_key(profile: Profile) -> tuple[object, ...]:
     the work tree, its `.git` pointer, the git dir and each mount point in the tree. When
     any differs (the audit removed a mount point bwrap made), the mounts inside are stale."""
     wt = profile.work_tree
-    points = [b.dest for b in profile.read_only if wt in b.dest.parents]
+    points = [b.dest for b in profile.read_only if b.dest != wt and under(b.dest, wt)]
     paths = (wt, wt / ".git", profile.git_dir, *points)
     return (profile.read_only, *(_inode(p) for p in paths))
 
@@ -274,13 +275,14 @@ class Session:
         """The profile for the next command: the session's binds, less any whose mount point
         in the work tree is no longer a plain directory."""
         ws = self.workspace
+        work_tree = ws.work_tree
         controllers = self.cgroup_controllers
         return Profile(
             programs=self.programs,
-            work_tree=ws.work_tree,
+            work_tree=work_tree,
             git_dir=ws.git_dir,
             read_only=(
-                *(b for b in self._read_only if mounts.mountable(b, ws.work_tree)),
+                *(b for b in self._read_only if mounts.mountable(b, work_tree)),
                 *(Bind(p, p) for p in self._frozen if _regular(p)),
             ),
             masked_dirs=tuple(self._masks),
