@@ -8,7 +8,10 @@ the command's stdout and stderr descriptors. What the executor guarantees per co
 (its own session, nothing left running after it, a clean `/tmp` and scratch mounts) is
 in `executor.py`; what the runner keeps doing here is every bound it had before: the
 timeout, the output cap and the caller's stop check, each ending with a kill the executor
-must answer, or the whole sandbox is killed.
+must answer, or the whole sandbox is killed. A command given no output paths (an agent's)
+writes to two anonymous files made once per sandbox and emptied around each command
+(`scratch_output`), read back by descriptor: no file is made, opened or looked up by
+name per command.
 
 A reply must echo the request's random nonce; anything else (a dead executor, a forged or
 missing answer) ends this sandbox, and the session starts a new one for the next command.
