@@ -36,12 +36,16 @@ def sandbox_works() -> None:
 
 
 def _session(
-    root: Path, limits: sandbox.ResourceLimits = sandbox.DEFAULT_LIMITS
+    root: Path,
+    limits: sandbox.ResourceLimits = sandbox.DEFAULT_LIMITS,
+    frozen: tuple[str, ...] = (),
 ) -> sandbox.Session:
     found = sandbox.probe()
     assert found.programs is not None
+    ws = _Ws(root)
     return sandbox.Session(
-        _Ws(root),
+        ws,
+        frozen=[ws.work_tree / name for name in frozen],
         programs=found.programs,
         env={"PATH": "/usr/bin:/bin"},
         network=False,
@@ -164,6 +168,26 @@ def test_a_commands_output_is_its_own_though_the_files_are_reused(
         "",
         0,
     ), quiet
+
+
+def test_a_mount_source_the_runner_replaced_gets_a_new_sandbox(tmp_path: Path) -> None:
+    """A frozen file is bound read-only onto itself when the sandbox starts; when the runner
+    replaces it (another inode) or removes it, the running sandbox's mount would show the
+    old file or a stale mount point, so the next command gets a new sandbox."""
+    with _session(tmp_path, frozen=("pinned.txt",)) as pinned:
+        target = pinned.workspace.work_tree / "pinned.txt"
+        target.write_text("one\n")
+        assert _run(pinned, "cat pinned.txt; echo x >> pinned.txt").stdout == "one\n"
+        assert _run(pinned, "cat pinned.txt").stdout == "one\n"  # same sandbox, still one
+        fresh = target.with_name("fresh")
+        fresh.write_text("two\n")
+        fresh.replace(target)
+        assert _run(pinned, "cat pinned.txt").stdout == "two\n"
+        target.unlink()
+        assert _run(pinned, "test -e pinned.txt; echo $?").stdout == "1\n"
+        posture = pinned.executor_posture()
+    assert posture["started"] == 3, posture
+    assert posture["restarts"] == ["its mounts changed", "its mounts changed"], posture
 
 
 def test_the_process_limit_is_the_commands_own(tmp_path: Path) -> None:
