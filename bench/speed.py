@@ -5,8 +5,9 @@ machine noise hits both alike, and prints the medians and their ratio:
 
 - `proc.run` of `true` (no sandbox) against a bare fork/exec/wait of it, with a crowd of
   idle processes on the machine (`--crowd`), so a scan of every process would show;
-- one sandboxed command (`bash -c true` through the run's sandbox and `proc.run`, as an
-  agent's command runs) against the same argv by a bare fork/exec/wait;
+- one sandboxed command (the model's `run_command` call of `true` through the Toolbox and
+  the run's sandbox, as an agent's command runs) against the same argv (`bash -c true`)
+  by a bare fork/exec/wait;
 - a whole turn with one sandboxed command (a real run over the scripted model server),
   against the sandboxed command alone and the model call alone;
 - a cold `code-runner --help` against `python -c "import click, code_runner"`;
@@ -49,9 +50,12 @@ from code_runner import proc, sandbox, workspace
 from code_runner.agents.model.client import OpenAIChatClient
 from code_runner.agents.model.transcript import Transcript
 from code_runner.config import OpenAIBackend
+from code_runner.events import ListSink
 from code_runner.repo import git
+from code_runner.task.paths import Allowlist
 from code_runner.testing.chat_completions import ChatCompletions, Turn, call
 from code_runner.testing.scripted_server import ScriptedServer
+from code_runner.tools import Toolbox
 
 ROWS: list[tuple[str, float, float, str]] = []  # what, ours (s), floor (s), target
 
@@ -122,6 +126,10 @@ def row_proc_run(repeat: int, crowd: int) -> None:
 
 
 def row_sandboxed(repeat: int) -> None:
+    """`true` as an agent's command runs: the model's `run_command` call through the
+    Toolbox (validation, the command tool, the run's sandbox, the rendered reply), against
+    the same argv by a bare fork/exec/wait; then `Session.run` alone (the sandbox's part)
+    and a sandbox started for each command."""
     found = sandbox.probe()
     if not found.ok:
         print(f"sandboxed command: not measured, the sandbox does not work here: {found.reason}")
@@ -134,20 +142,38 @@ def row_sandboxed(repeat: int) -> None:
             ws, env=env, network=False, limits=sandbox.DEFAULT_LIMITS, cpu_s=60, name="speed"
         )
         with session:
-            ours, floor = _pair(
-                lambda: session.run(argv, cwd=ws.work_tree, env=env, timeout_s=30),
-                lambda: subprocess.run(argv, cwd=ws.work_tree, env=env, check=True),
-                repeat,
+            box = Toolbox(
+                ws.work_tree,
+                allowlist=Allowlist.parse(["a.txt"]),
+                source_dir=ws.source_dir,
+                env=env,
+                events=ListSink(),
+                wrap_argv=session.wrap,
+                launch=session.run,
+            )
+
+            def tool() -> None:
+                result = box.call("run_command", {"command": "true"})
+                if not result.ok:
+                    raise SystemExit(f"the sandboxed command failed: {result.content}")
+
+            def bare() -> None:
+                subprocess.run(argv, cwd=ws.work_tree, env=env, check=True)
+
+            ours, floor = _pair(tool, bare, repeat)
+            part, floor_part = _pair(
+                lambda: session.run(argv, cwd=ws.work_tree, env=env, timeout_s=30), bare, repeat
             )
             # the path without a resident sandbox: a sandbox started for each command
             alone, floor_alone = _pair(
                 lambda: proc.run(session.wrap(argv), cwd=ws.work_tree, env=env, timeout_s=30),
-                lambda: subprocess.run(argv, cwd=ws.work_tree, env=env, check=True),
+                bare,
                 max(5, repeat // 2),
             )
             executor = session.executor_posture()
         ws.release()
-    _row("one sandboxed command (bash -c true) vs bare fork/exec", ours, floor, "<= 2x")
+    _row("one sandboxed command (tool path) vs bare fork/exec", ours, floor, "<= 2x")
+    _row("  Session.run alone (the sandbox's part)", part, floor_part, "")
     _row("  the same, a sandbox per command (before)", alone, floor_alone, "(was 11.3x)")
     print(f"{'':58} executor: {executor}")
 

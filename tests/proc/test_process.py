@@ -164,3 +164,28 @@ def test_hand_terminal_returns_the_exit_code_and_leaves_nothing(tmp_path: Path) 
     assert proc.hand_terminal([PY, "-c", code], env=_env(), grace_s=0.5) == 5
     daemon = int(marker.read_text())
     assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
+
+
+@pytest.mark.parametrize("size", [0, 5, 40, 41, 10_000])
+def test_head_and_tail_read_the_same_by_path_and_by_descriptor(tmp_path: Path, size: int) -> None:
+    """The resident sandbox reads a command's output back by descriptor (`read_head_tail_fd`);
+    it must be what `read_head_tail` of the file's path gives, and leave the offset alone
+    (the command's writes share it)."""
+    path = tmp_path / "out"
+    data = bytes(ord("a") + i % 26 for i in range(size))
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.lseek(fd, 7, os.SEEK_SET)
+        by_fd = proc.read_head_tail_fd(fd, 20, 20)
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 7
+    finally:
+        os.close(fd)
+    assert by_fd == proc.read_head_tail(path, 20, 20)
+    text, total = by_fd
+    assert total == size
+    if size <= 40:
+        assert text == data.decode()
+    else:
+        omitted = f"\n[... {size - 40} bytes omitted ...]\n"
+        assert text == data[:20].decode() + omitted + data[-20:].decode()

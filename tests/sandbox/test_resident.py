@@ -36,12 +36,16 @@ def sandbox_works() -> None:
 
 
 def _session(
-    root: Path, limits: sandbox.ResourceLimits = sandbox.DEFAULT_LIMITS
+    root: Path,
+    limits: sandbox.ResourceLimits = sandbox.DEFAULT_LIMITS,
+    frozen: tuple[str, ...] = (),
 ) -> sandbox.Session:
     found = sandbox.probe()
     assert found.programs is not None
+    ws = _Ws(root)
     return sandbox.Session(
-        _Ws(root),
+        ws,
+        frozen=[ws.work_tree / name for name in frozen],
         programs=found.programs,
         env={"PATH": "/usr/bin:/bin"},
         network=False,
@@ -112,6 +116,78 @@ def test_the_command_tree_goes_before_the_executor_from_its_first_instruction(
             hog.wait()
     late = [r.stdout for r in seen if set(r.stdout.split()) != {"1000"}]
     assert not late, f"{len(late)} of {len(seen)} commands ran before their OOM preference"
+
+
+def test_the_executor_lends_its_oom_score_only_for_the_start(session: sandbox.Session) -> None:
+    """The executor raises its own score to 1000 around a command's start (the command
+    inherits it) and is back at its own while the command runs: under a memory cgroup the
+    command's tree goes first, never the executor. The command's parent is the executor."""
+    own = Path("/proc/self/oom_score_adj").read_text().strip()  # what the executor inherited
+    seen = _run(session, "sleep 0.3; cat /proc/$PPID/oom_score_adj /proc/self/oom_score_adj")
+    assert seen.stdout.split() == [own, "1000"], seen
+    refused = _run(session, "echo 1000 > /proc/$PPID/oom_score_adj")
+    assert refused.exit_code != 0, refused  # the executor's score is not the command's to set
+    assert _run(session, "sleep 0.3; cat /proc/$PPID/oom_score_adj").stdout.split() == [own]
+
+
+def test_where_the_executor_cannot_lend_its_score_each_command_sets_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An executor that cannot open its own score file starts each command with code in the
+    child that sets the command's score before exec: slower, the same guarantee."""
+    source = resident.executor_source()
+    blind = source.replace('"/proc/self/oom_score_adj", os.O_RDWR', '"/nonexistent", os.O_RDWR')
+    assert blind != source
+    monkeypatch.setattr(resident, "executor_source", lambda: blind)
+    own = Path("/proc/self/oom_score_adj").read_text().strip()
+    with _session(tmp_path) as lent:
+        for _ in range(2):
+            seen = _run(
+                lent, "cat /proc/self/oom_score_adj; sleep 0.3; cat /proc/$PPID/oom_score_adj"
+            )
+            assert seen.stdout.split() == ["1000", own], seen
+        assert lent.executor_posture()["started"] == 1
+
+
+def test_a_commands_output_is_its_own_though_the_files_are_reused(
+    session: sandbox.Session,
+) -> None:
+    """The output files of commands given no path are made once per sandbox: a command sees
+    in its result nothing an earlier one wrote, however much, nor anything a leftover of
+    it would have written late (the leftover is killed before the answer)."""
+    loud = _run(
+        session,
+        "head -c 300000 /dev/zero | tr '\\0' a; head -c 70000 /dev/zero >&2; "
+        "(sleep 0.3; echo late; echo late >&2) & echo done",
+    )
+    assert (loud.stdout_size, loud.stderr_size) == (300_005, 70_000), loud
+    quiet = _run(session, "sleep 0.6; printf next")
+    assert (quiet.stdout, quiet.stdout_size, quiet.stderr, quiet.stderr_size) == (
+        "next",
+        4,
+        "",
+        0,
+    ), quiet
+
+
+def test_a_mount_source_the_runner_replaced_gets_a_new_sandbox(tmp_path: Path) -> None:
+    """A frozen file is bound read-only onto itself when the sandbox starts; when the runner
+    replaces it (another inode) or removes it, the running sandbox's mount would show the
+    old file or a stale mount point, so the next command gets a new sandbox."""
+    with _session(tmp_path, frozen=("pinned.txt",)) as pinned:
+        target = pinned.workspace.work_tree / "pinned.txt"
+        target.write_text("one\n")
+        assert _run(pinned, "cat pinned.txt; echo x >> pinned.txt").stdout == "one\n"
+        assert _run(pinned, "cat pinned.txt").stdout == "one\n"  # same sandbox, still one
+        fresh = target.with_name("fresh")
+        fresh.write_text("two\n")
+        fresh.replace(target)
+        assert _run(pinned, "cat pinned.txt").stdout == "two\n"
+        target.unlink()
+        assert _run(pinned, "test -e pinned.txt; echo $?").stdout == "1\n"
+        posture = pinned.executor_posture()
+    assert posture["started"] == 3, posture
+    assert posture["restarts"] == ["its mounts changed", "its mounts changed"], posture
 
 
 def test_the_process_limit_is_the_commands_own(tmp_path: Path) -> None:

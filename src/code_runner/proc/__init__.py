@@ -21,6 +21,7 @@ from code_runner.proc.process import (
     exit_code_of,
     hand_terminal,
     read_head_tail,
+    read_head_tail_fd,
     signal_of,
     spawn,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "members",
     "open_no_follow",
     "read_head_tail",
+    "read_head_tail_fd",
     "real_dir",
     "remove_group",
     "run",

@@ -388,16 +388,23 @@ def hand_terminal(
 def read_head_tail(path: Path, head_bytes: int, tail_bytes: int) -> tuple[str, int]:
     """Return (text, total_size): the whole file if small, else head + marker + tail."""
     try:
-        size = path.stat().st_size
+        path.stat()
     except OSError:
         return "", 0
-    with path.open("rb") as f:
-        if size <= head_bytes + tail_bytes:
-            data = f.read()
-            return data.decode("utf-8", errors="replace"), size
-        head = f.read(head_bytes)
-        f.seek(size - tail_bytes)
-        tail = f.read()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return read_head_tail_fd(fd, head_bytes, tail_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_head_tail_fd(fd: int, head_bytes: int, tail_bytes: int) -> tuple[str, int]:
+    """`read_head_tail` of an open file (read at offsets: its own offset is left alone)."""
+    size = os.fstat(fd).st_size
+    if size <= head_bytes + tail_bytes:
+        return _read_at(fd, size, 0).decode("utf-8", errors="replace"), size
+    head = _read_at(fd, head_bytes, 0)
+    tail = _read_at(fd, tail_bytes, size - tail_bytes)
     omitted = size - head_bytes - tail_bytes
     text = (
         head.decode("utf-8", errors="replace")
@@ -405,3 +412,16 @@ def read_head_tail(path: Path, head_bytes: int, tail_bytes: int) -> tuple[str, i
         + tail.decode("utf-8", errors="replace")
     )
     return text, size
+
+
+def _read_at(fd: int, count: int, offset: int) -> bytes:
+    """Up to `count` bytes at `offset` (fewer only at the end of the file)."""
+    chunks: list[bytes] = []
+    while count > 0:
+        chunk = os.pread(fd, count, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        count -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)

@@ -5,6 +5,7 @@ plumbing whose output is needed in memory, such as git).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -81,8 +82,13 @@ class Launcher(Protocol):
 
 def shell_argv(command: str) -> list[str]:
     """How a command string is run: bash without rc files, so results do not depend on them."""
-    bash = shutil.which("bash") or "/bin/bash"
-    return [bash, "--noprofile", "--norc", "-c", command]
+    return [_bash(os.environ.get("PATH")), "--noprofile", "--norc", "-c", command]
+
+
+@functools.lru_cache(maxsize=8)
+def _bash(search_path: str | None) -> str:
+    """Where `bash` is on `search_path`: looked up once per PATH, not once per command."""
+    return shutil.which("bash", path=search_path) or "/bin/bash"
 
 
 def run(

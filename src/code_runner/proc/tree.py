@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import uuid
@@ -29,11 +30,16 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library, loaded once (loading it costs ~40 us, and every command asks)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def become_subreaper() -> bool:
     """Make this process the reaper of orphaned descendants (Linux only). Idempotent."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+        return int(_libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 
@@ -43,8 +49,7 @@ def make_undumpable() -> bool:
     so a child running as the same user cannot read the runner's environment or memory,
     nor ptrace it. No core dumps either. Idempotent; False where prctl is missing."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+        return int(_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 

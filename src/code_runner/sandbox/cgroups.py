@@ -158,7 +158,7 @@ class CgroupSet:
         """`sh -c` that moves itself into every group, then execs the rest of the argv."""
         if not self.dirs:
             return []
-        moves = " && ".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}" for d in self.dirs)
+        moves = " && ".join(f"echo $$ > {shlex.quote(f'{d}/cgroup.procs')}" for d in self.dirs)
         return ["/bin/sh", "-c", moves + ' && exec "$@"', "code-runner-cgroup"]
 
     def remove(self) -> None:

@@ -8,9 +8,11 @@ Per command, it receives `{"nonce", "argv", "cwd"}` and the command's stdout and
 (descriptors of the runner's own files, passed over the socket), starts the command in a
 session of its own, and waits for it, or for `{"kill": grace_s}` from the runner (a
 timeout, the output cap). When the command ends, everything else in the sandbox's PID
-namespace is killed and reaped (it is the namespace's subreaper), and each DIR (the
-private `/tmp` and the other scratch mounts) is emptied and System V IPC objects are
-removed, so the next command starts clean. The reply echoes the nonce, which no command
+namespace is killed and reaped (it is the namespace's subreaper) before the reply; after
+it, while the runner reads the output, each DIR (the private `/tmp` and the other scratch
+mounts) is emptied and System V IPC objects are removed, before the next request is read,
+so the next command starts clean. The command is started by vfork (no code of ours runs
+in the child: see `_OomPreference`). The reply echoes the nonce, which no command
 can read: the executor is not dumpable (no ptrace, no `/proc/PID/fd` or `mem` of it), and
 its socket is never inherited.
 """
@@ -145,9 +147,47 @@ def _wipe(dirs: list[str]) -> None:
             _empty(path, st.st_dev, 0)
 
 
-def _start(request: dict[str, object], fds: list[int]) -> subprocess.Popen[bytes] | str:
+class _OomPreference:
+    """Commands go before the executor under a memory cgroup (`oom_score_adj` 1000).
+
+    The executor raises its own score to 1000 just before it starts a command and lowers it
+    back to its own right after: the command inherits 1000 at the fork, so nothing it forks
+    first misses it, and the start needs no code in the child (`preexec_fn` would rule out
+    vfork: a fork of the whole executor per command, most of its cost). The file is opened
+    before the executor becomes non-dumpable (then it is the kernel's, not ours to open) and
+    is never inherited. Where it cannot be opened or written both ways (tried once here),
+    each child sets its own score before exec (`_first_to_go`), as a slower start."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.own = b"0"
+        with contextlib.suppress(OSError):
+            self.fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+            self.own = os.pread(self.fd, 16, 0).strip() or b"0"
+        if not (self.set(b"1000") and self.set(self.own)):
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def set(self, value: bytes) -> bool:
+        if self.fd is None:
+            return False
+        try:
+            os.pwrite(self.fd, value, 0)
+        except OSError:
+            return False
+        return True
+
+
+def _start(
+    request: dict[str, object], fds: list[int], oom: _OomPreference
+) -> subprocess.Popen[bytes] | str:
     argv = request["argv"]
     assert isinstance(argv, list)
+    inherited = oom.set(b"1000")
     try:
         child = subprocess.Popen(
             [str(a) for a in argv],
@@ -157,20 +197,22 @@ def _start(request: dict[str, object], fds: list[int]) -> subprocess.Popen[bytes
             stderr=fds[1],
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_first_to_go,
+            preexec_fn=None if inherited else _first_to_go,
         )
     except OSError as exc:
         os.write(fds[1], f"could not start {argv[0]!r}: {exc.strerror or exc}\n".encode())
         return f"could not start {argv[0]!r}: {exc.strerror or exc}"
+    finally:
+        if inherited and not oom.set(oom.own):
+            oom.close()  # not lowered: every later child sets its own score instead
     return child
 
 
 def _first_to_go() -> None:
-    """In the child before exec: under a memory cgroup, the command's whole tree goes before
-    the executor. Set here, not after the start, so nothing the command forks first misses it
-    (a shell's first child would otherwise keep 0, and the shell would be the one killed).
-    The child is made dumpable first (exec would do it anyway), or its /proc files stay the
-    kernel's; every earlier command's process is already gone, so none can use the moment."""
+    """In the child before exec, where the executor could not lend its score: the child
+    sets its own, made dumpable first (exec would do it anyway), or its /proc files stay
+    the kernel's; every earlier command's process is already gone, so none can use the
+    moment."""
     _LIBC.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     with contextlib.suppress(OSError):
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
@@ -210,7 +252,7 @@ def _wait(sock: socket.socket, child: subprocess.Popen[bytes]) -> bool:
     return True
 
 
-def serve(sock: socket.socket, dirs: list[str]) -> int:
+def serve(sock: socket.socket, dirs: list[str], oom: _OomPreference) -> int:
     keep = _ancestors()
     sock.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     while True:
@@ -222,7 +264,7 @@ def serve(sock: socket.socket, dirs: list[str]) -> int:
             for fd in fds:
                 os.close(fd)
             continue
-        started = _start(request, fds)
+        started = _start(request, fds, oom)
         for fd in fds:
             os.close(fd)
         alive = True
@@ -230,21 +272,25 @@ def serve(sock: socket.socket, dirs: list[str]) -> int:
         if not isinstance(started, str):
             alive = _wait(sock, started)
             code = started.returncode
-        killed = _sweep(keep)
+        killed = _sweep(keep)  # before the answer: nothing of the command runs after it
+        if alive:
+            reply = {"nonce": request["nonce"], "returncode": code, "killed": killed}
+            sock.sendall(json.dumps(reply).encode())
+        # after the answer, in parallel with the runner: the next request stays in the
+        # socket until this is done (nothing outside the sandbox sees these)
         _wipe(dirs)
         _remove_ipc()
         if not alive:
             return 0
-        reply = {"nonce": request["nonce"], "returncode": code, "killed": killed}
-        sock.sendall(json.dumps(reply).encode())
 
 
 def main(argv: list[str]) -> int:
+    oom = _OomPreference()  # before `_harden`: its file is ours to open only until then
     _harden()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=int(argv[1]))
     os.set_inheritable(sock.fileno(), False)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    return serve(sock, argv[2:])
+    return serve(sock, argv[2:], oom)
 
 
 if __name__ == "__main__":

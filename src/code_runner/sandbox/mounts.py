@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from code_runner import dirs
-from code_runner.sandbox.profile import Bind
+from code_runner.sandbox.profile import Bind, under
 
 BASE_MASKS = ("/tmp", "/var/tmp", "/root", "/home", "/run")  # noqa: S108 (hidden, not used)
 SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
@@ -33,10 +33,6 @@ _SYSTEM_ROOTS = frozenset(
     | {"/proc", "/sys", "/dev", "/boot", "/mnt", "/media"}
 )
 _SHIM_DIR = "shims"  # pyenv, rbenv, asdf: the shims need their tool's root
-
-
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
 
 
 def _is_dir(path: Path) -> bool:
@@ -78,9 +74,9 @@ def masked_files(environ: Mapping[str, str] | None = None) -> list[Path]:
 
 def _exposable(path: Path, masks: Sequence[Path], private: Sequence[Path]) -> bool:
     """Strictly beneath a mask, and holding none of the runner's private dirs."""
-    if not any(path != m and _under(path, m) for m in masks):
+    if not any(path != m and under(path, m) for m in masks):
         return False
-    return not any(_under(p, path) for p in private)
+    return not any(under(p, path) for p in private)
 
 
 def toolchain_binds(
@@ -101,7 +97,7 @@ def toolchain_binds(
     binds: list[Bind] = []
     for path in dict.fromkeys(candidates):
         real = Path(os.path.realpath(path))
-        if not _is_dir(real) or any(_under(p, real) for p in private):
+        if not _is_dir(real) or any(under(p, real) for p in private):
             continue
         for dest in dict.fromkeys((path, real)):
             if _exposable(dest, masks, private):
@@ -112,7 +108,7 @@ def toolchain_binds(
 def _outermost_binds(binds: Iterable[Bind]) -> list[Bind]:
     kept: list[Bind] = []
     for bind in sorted(set(binds), key=lambda b: len(b.dest.parts)):
-        if not any(_under(bind.dest, k.dest) for k in kept):
+        if not any(under(bind.dest, k.dest) for k in kept):
             kept.append(bind)
     return kept
 
@@ -145,7 +141,7 @@ def exposes(source: Path, hidden: Sequence[Path]) -> Path | None:
     real = Path(os.path.realpath(source))
     if str(real) in _SYSTEM_ROOTS:
         return real
-    return next((h for h in hidden if _under(h, real)), None)
+    return next((h for h in hidden if under(h, real)), None)
 
 
 def dependency_binds(
@@ -169,9 +165,9 @@ def dependency_binds(
     for name in DEPENDENCY_DIRS:
         origin = source_dir / name
         real = Path(os.path.realpath(origin))
-        if not _is_dir(real) or real == top or not _under(real, top):
+        if not _is_dir(real) or real == top or not under(real, top):
             continue  # missing, or a link out of the source tree
-        if _under(real, top / ".git") or exposes(real, hidden) is not None:
+        if under(real, top / ".git") or exposes(real, hidden) is not None:
             continue
         target = work_tree / name
         try:
@@ -186,7 +182,7 @@ def dependency_binds(
             continue  # the work tree has its own (tracked) one
         binds.append(Bind(real, target))
         for dest in dict.fromkeys((origin, real)):
-            masked = any(dest != m and _under(dest, m) for m in masks)
+            masked = any(dest != m and under(dest, m) for m in masks)
             if masked and not os.path.islink(dest):
                 binds.append(Bind(real, dest))
     return binds
@@ -195,7 +191,7 @@ def dependency_binds(
 def mountable(bind: Bind, work_tree: Path) -> bool:
     """Whether `bind` may still be mounted: a mount point in the work tree must be absent or
     a plain directory (never a symlink or file the agent put there since)."""
-    if not _under(bind.dest, work_tree):
+    if not under(bind.dest, work_tree):
         return True
     try:
         return stat.S_ISDIR(os.lstat(bind.dest).st_mode)

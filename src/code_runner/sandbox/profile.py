@@ -21,7 +21,7 @@ import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 
 from code_runner.sandbox.limits import MIB, ResourceLimits, rlimit_argv
 
@@ -197,11 +197,11 @@ class Profile:
                 args += ["--size", tmp_bytes, "--tmpfs", str(masked)]
             tmpfs.append(masked)
         for secret in self.masked_files:
-            if not any(_under(secret, t) for t in tmpfs):  # a mask already hides it
+            if not any(under(secret, t) for t in tmpfs):  # a mask already hides it
                 args += ["--ro-bind", "/dev/null", str(secret)]
         made: set[PurePosixPath] = set()
-        inside_wt = [b for b in self.read_only if _under(b.dest, self.work_tree)]
-        outside_wt = [b for b in self.read_only if not _under(b.dest, self.work_tree)]
+        inside_wt = [b for b in self.read_only if under(b.dest, self.work_tree)]
+        outside_wt = [b for b in self.read_only if not under(b.dest, self.work_tree)]
         for bind in outside_wt:
             args += _parents(bind.dest, tmpfs, made)
             args += ["--ro-bind", str(bind.source), str(bind.dest)]
@@ -217,7 +217,7 @@ class Profile:
 
     def _seen(self, path: Path) -> str:
         """Where to bind `path` from: through the id-mapped view when it lies in the tree."""
-        if self.tree_source is None or not _under(path, self.work_tree):
+        if self.tree_source is None or not under(path, self.work_tree):
             return str(path)
         return str(self.tree_source / path.relative_to(self.work_tree))
 
@@ -239,8 +239,10 @@ def _user_namespace() -> list[str]:
     ]
 
 
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def under(path: PurePath, root: PurePath) -> bool:
+    """Whether `path` is `root` or inside it, by their components (`root in path.parents`
+    builds every parent: 40x slower, and this runs for each bind before each command)."""
+    return path.parts[: len(root.parts)] == root.parts
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:
@@ -248,14 +250,14 @@ def _outermost(paths: Iterable[Path]) -> list[Path]:
     unique = sorted(set(paths), key=lambda p: len(p.parts))
     kept: list[Path] = []
     for path in unique:
-        if not any(_under(path, other) for other in kept):
+        if not any(under(path, other) for other in kept):
             kept.append(path)
     return kept
 
 
 def _parents(dest: Path, tmpfs: Sequence[Path], made: set[PurePosixPath]) -> list[str]:
     """`--dir` for each missing parent of `dest` on a tmpfs, traversable (bwrap's are 0700)."""
-    holders = [t for t in tmpfs if dest != t and _under(dest, t)]
+    holders = [t for t in tmpfs if dest != t and under(dest, t)]
     base = max(holders, key=lambda t: len(t.parts), default=None)
     if base is None:
         return []

@@ -8,7 +8,10 @@ the command's stdout and stderr descriptors. What the executor guarantees per co
 (its own session, nothing left running after it, a clean `/tmp` and scratch mounts) is
 in `executor.py`; what the runner keeps doing here is every bound it had before: the
 timeout, the output cap and the caller's stop check, each ending with a kill the executor
-must answer, or the whole sandbox is killed.
+must answer, or the whole sandbox is killed. A command given no output paths (an agent's)
+writes to two anonymous files made once per sandbox and emptied around each command
+(`scratch_output`), read back by descriptor: no file is made, opened or looked up by
+name per command.
 
 A reply must echo the request's random nonce; anything else (a dead executor, a forged or
 missing answer) ends this sandbox, and the session starts a new one for the next command.
@@ -74,6 +77,24 @@ class Resident:
         self.process = process
         self._sock = sock
         self._log = log
+        self._outputs: list[tuple[IO[bytes], int]] = []  # per stream: the file, write-only
+
+    def scratch_output(self, stream: int) -> tuple[int, int]:
+        """New descriptors (write-only for the command, and one to read it back) of this
+        sandbox's anonymous file for stream 0 (stdout) or 1 (stderr) of a command given no
+        path, emptied: made once, not per command. Nothing of the previous command holds it
+        (the executor kills everything of a command before it answers); the write offset
+        is shared, so it is put back at 0 too. They outlive `close` (a broken sandbox)."""
+        if not self._outputs:
+            for _ in range(2):
+                made: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the sandbox
+                own = Path(f"/proc/self/fd/{made.fileno()}")
+                self._outputs.append((made, proc.open_no_follow(own, os.O_WRONLY)))
+        file, write_only = self._outputs[stream]
+        fd = os.dup(write_only)
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd, os.dup(file.fileno())
 
     @classmethod
     def start(
@@ -231,6 +252,10 @@ class Resident:
         self.process.wait_exit(grace_s)
         self.process.kill_tree(0.1)
         self._log.close()
+        for file, write_only in self._outputs:
+            os.close(write_only)
+            file.close()
+        self._outputs = []
 
 
 def run_command(
@@ -251,15 +276,18 @@ def run_command(
     sandbox broke during it (None: it did not)."""
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        paths: list[Path] = []
         fds: list[int] = []
-        for given in (stdout_path, stderr_path):
+        sources: list[Path | int] = []  # where each stream is read back: a path or a descriptor
+        for stream, given in enumerate((stdout_path, stderr_path)):
             if given is None:
-                anonymous = stack.enter_context(tempfile.TemporaryFile())
-                given = Path(f"/proc/self/fd/{anonymous.fileno()}")
-            fd = proc.open_no_follow(given, os.O_WRONLY | os.O_TRUNC)
+                fd, reader = resident.scratch_output(stream)
+                stack.callback(os.close, reader)
+                stack.callback(os.ftruncate, reader, 0)  # its space back at once, as before
+                sources.append(reader)
+            else:
+                fd = proc.open_no_follow(given, os.O_WRONLY | os.O_TRUNC)
+                sources.append(given)
             stack.callback(os.close, fd)
-            paths.append(given)
             fds.append(fd)
         outcome = resident.run(
             argv,
@@ -276,8 +304,12 @@ def run_command(
             returncode = -9
             note = f"\n[code-runner: {outcome.broken}; the next command gets a new sandbox]\n"
             os.write(fds[1], note.encode())
-        stdout, stdout_size = proc.read_head_tail(paths[0], head_bytes, tail_bytes)
-        stderr, stderr_size = proc.read_head_tail(paths[1], head_bytes, tail_bytes)
+        (stdout, stdout_size), (stderr, stderr_size) = (
+            proc.read_head_tail(source, head_bytes, tail_bytes)
+            if isinstance(source, Path)
+            else proc.read_head_tail_fd(source, head_bytes, tail_bytes)
+            for source in sources
+        )
     code = 127 if returncode is None else returncode
     return (
         proc.ProcResult(

@@ -33,6 +33,7 @@ from code_runner.sandbox.profile import (
     Programs,
     SandboxUser,
     sandbox_env,
+    under,
 )
 from code_runner.sandbox.resident import Resident, ResidentError, run_command
 
@@ -113,22 +114,16 @@ def _hand_over_dir(
     return changed
 
 
-def _mount_key(profile: Profile) -> tuple[object, ...]:
-    """What the resident sandbox's mounts were made from: the binds and the host inodes of
-    the work tree, its `.git` pointer, the git dir and each mount point in the tree. When
-    any differs (the audit removed a mount point bwrap made), the mounts inside are stale."""
-    wt = profile.work_tree
-    points = [b.dest for b in profile.read_only if wt in b.dest.parents]
-    paths = (wt, wt / ".git", profile.git_dir, *points)
-    return (profile.read_only, *(_inode(p) for p in paths))
-
-
-def _inode(path: Path) -> tuple[int, int]:
+def _identity(path: str) -> tuple[int, int, int]:
+    """What is at `path` now, as the resident sandbox's mounts depend on it: its device,
+    inode and type; (-1, -1, 0) when it is absent, (-2, -2, 0) when it cannot be seen."""
     try:
         st = os.lstat(path)
+    except FileNotFoundError:
+        return (-1, -1, 0)
     except OSError:
-        return (-1, -1)
-    return (st.st_dev, st.st_ino)
+        return (-2, -2, 0)
+    return (st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode))
 
 
 def _regular(path: Path) -> bool:
@@ -192,9 +187,24 @@ class Session:
             ),
         ]  # decided here, once, before the first command: never from the agent's tree
         self._read_only = tuple(b for b in wanted if mounts.exposes(b.source, hidden) is None)
+        # What the resident sandbox's mounts were made from, besides the binds above: the
+        # work tree, its `.git` pointer, the git dir, each mount point in the tree and each
+        # frozen file. When any of them is another file than at its start (the audit removed
+        # a mount point bwrap made, a frozen file was rewritten), its mounts are stale.
+        wt = workspace.work_tree
+        self._mount_paths = tuple(
+            str(p)
+            for p in (
+                wt,
+                wt / ".git",
+                workspace.git_dir,
+                *(b.dest for b in self._read_only if under(b.dest, wt)),
+                *self._frozen,
+            )
+        )
         # `resident`: commands go to one sandbox started for the session (`run`)
         self._resident: Resident | None = None
-        self._resident_key: tuple[object, ...] = ()
+        self._resident_key: tuple[tuple[int, int, int], ...] = ()
         self.resident_off: str | None = None if resident else "not asked for"
         self.resident_starts = 0
         self.resident_restarts: list[str] = []  # why each sandbox after the first was started
@@ -274,13 +284,14 @@ class Session:
         """The profile for the next command: the session's binds, less any whose mount point
         in the work tree is no longer a plain directory."""
         ws = self.workspace
+        work_tree = ws.work_tree
         controllers = self.cgroup_controllers
         return Profile(
             programs=self.programs,
-            work_tree=ws.work_tree,
+            work_tree=work_tree,
             git_dir=ws.git_dir,
             read_only=(
-                *(b for b in self._read_only if mounts.mountable(b, ws.work_tree)),
+                *(b for b in self._read_only if mounts.mountable(b, work_tree)),
                 *(Bind(p, p) for p in self._frozen if _regular(p)),
             ),
             masked_dirs=tuple(self._masks),
@@ -324,11 +335,10 @@ class Session:
         """`proc.run` of `argv` inside this sandbox: in the session's resident sandbox when
         it has one (started on the first command, again after one ends), else in a sandbox
         of its own, as `wrap` builds it."""
-        profile = self.profile()
-        resident = self._resident_for(profile, env)
+        resident = self._resident_for(env)
         if resident is None:
             return proc.run(
-                profile.wrap(argv),
+                self.profile().wrap(argv),
                 cwd=cwd,
                 env=env,
                 timeout_s=timeout_s,
@@ -358,19 +368,22 @@ class Session:
             self._restart_why = broken
         return result
 
-    def _resident_for(self, profile: Profile, env: Mapping[str, str]) -> Resident | None:
+    def _mount_key(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple(map(_identity, self._mount_paths))
+
+    def _resident_for(self, env: Mapping[str, str]) -> Resident | None:
         """The running resident sandbox, started (again) when there is none or its mounts
         would differ from the next command's; None where it cannot work (recorded)."""
         if self.resident_off is not None:
             return None
-        key = _mount_key(profile)
         current = self._resident
-        if current is not None and current.alive() and key == self._resident_key:
+        if current is not None and current.alive() and self._mount_key() == self._resident_key:
             return current
         if current is not None:
             self._restart_why = "its mounts changed" if current.alive() else "it had ended"
             current.close()
             self._resident = None
+        profile = self.profile()
         try:
             self._resident = Resident.start(
                 dataclasses.replace(profile, own_processes=1).wrap,  # the executor
@@ -386,7 +399,7 @@ class Session:
         if self.resident_starts:
             self.resident_restarts.append(self._restart_why)
         self.resident_starts += 1
-        self._resident_key = _mount_key(profile)  # with the mount points bwrap made
+        self._resident_key = self._mount_key()  # with the mount points bwrap made
         return self._resident
 
     @property
