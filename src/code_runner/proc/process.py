@@ -18,7 +18,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,22 +155,33 @@ class Process:
         """
         if self.popen.poll() is not None:
             return True
+        with self._exit_fd() as pidfd:
+            return self._wait_exit_on(pidfd, timeout_s)
+
+    @contextlib.contextmanager
+    def _exit_fd(self) -> Iterator[int | None]:
+        """A pidfd of the child (readable once it exits), None where the kernel has none.
+        Only while the child is not reaped: its pid cannot be anyone else's yet."""
         try:
             pidfd = os.pidfd_open(self.popen.pid)
         except (AttributeError, OSError):
-            pidfd = None
+            yield None
+            return
+        try:
+            yield pidfd
+        finally:
+            os.close(pidfd)
+
+    def _wait_exit_on(self, pidfd: int | None, timeout_s: float) -> bool:
         if pidfd is None:
             try:
                 self.popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 return False
             return True
-        try:
-            waiter = select.poll()
-            waiter.register(pidfd, select.POLLIN)
-            waiter.poll(max(0, math.ceil(timeout_s * 1000)))
-        finally:
-            os.close(pidfd)
+        waiter = select.poll()
+        waiter.register(pidfd, select.POLLIN)
+        waiter.poll(max(0, math.ceil(timeout_s * 1000)))
         return self.popen.poll() is not None
 
     def kill_tree(self, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -244,15 +255,28 @@ class Process:
     def _watch(
         self, deadline: float, max_output_bytes: int, stop_when: StopCheck | None
     ) -> tuple[bool, bool, bool]:
-        """Wait for exit; return (timed_out, output_limited, stopped). Polls gently, backing
-        off; `stop_when` at most every `STOP_CHECK_S`, and less often when it is slow."""
+        """Wait for exit; return (timed_out, output_limited, stopped). Woken by the exit
+        itself (one pidfd for the whole wait); between wakes, which back off, the output cap
+        is checked, and `stop_when` at most every `STOP_CHECK_S` (less often when slow)."""
+        if self.popen.poll() is not None:
+            return False, False, False
+        with self._exit_fd() as pidfd:
+            return self._watch_on(pidfd, deadline, max_output_bytes, stop_when)
+
+    def _watch_on(
+        self,
+        pidfd: int | None,
+        deadline: float,
+        max_output_bytes: int,
+        stop_when: StopCheck | None,
+    ) -> tuple[bool, bool, bool]:
         interval = 0.005
         next_check = time.monotonic() + STOP_CHECK_S
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return True, False, False
-            if self.wait_exit(min(interval, remaining)):
+            if self._wait_exit_on(pidfd, min(interval, remaining)):
                 return False, False, False
             if stop_when is not None and time.monotonic() >= next_check:
                 asked = time.monotonic()
@@ -307,22 +331,21 @@ def spawn(
     token = new_token()
     child_env = {**env, TOKEN_ENV: token}
     prefix, group = _run_prefix(env, token)
-    stdout_path.parent.mkdir(parents=True, exist_ok=True)
-    stderr_path.parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
     args = tuple(argv)
-    with (
-        os.fdopen(open_no_follow(stdout_path, flags), "wb") as out_f,
-        os.fdopen(open_no_follow(stderr_path, flags), "wb") as err_f,
-    ):
+    with contextlib.ExitStack() as opened:  # `open_no_follow` makes a missing directory
+        out_fd = open_no_follow(stdout_path, flags)
+        opened.callback(os.close, out_fd)
+        err_fd = open_no_follow(stderr_path, flags)
+        opened.callback(os.close, err_fd)
         started = time.monotonic()
         popen = subprocess.Popen(
             (*prefix, *args),
             cwd=str(cwd),
             env=child_env,
             stdin=subprocess.DEVNULL,
-            stdout=out_f,
-            stderr=err_f,
+            stdout=out_fd,
+            stderr=err_fd,
             start_new_session=True,
             close_fds=True,
             pass_fds=tuple(pass_fds),
@@ -388,8 +411,10 @@ def hand_terminal(
 def read_head_tail(path: Path, head_bytes: int, tail_bytes: int) -> tuple[str, int]:
     """Return (text, total_size): the whole file if small, else head + marker + tail."""
     try:
-        size = path.stat().st_size
+        size = os.stat(path).st_size
     except OSError:
+        return "", 0
+    if size == 0:
         return "", 0
     with path.open("rb") as f:
         if size <= head_bytes + tail_bytes:

@@ -138,8 +138,23 @@ def _anonymous_file() -> Iterator[Path]:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return
-    with tempfile.TemporaryFile() as anonymous:
-        yield Path(f"/proc/self/fd/{anonymous.fileno()}")
+    fd = _unnamed_fd()
+    try:
+        yield Path(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
+def _unnamed_fd() -> int:
+    """A descriptor of a new file in the temp dir with no name: made so (O_TMPFILE) where
+    the file system can, else named and unlinked at once (`tempfile.TemporaryFile`)."""
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile:
+        flags = tmpfile | os.O_RDWR | os.O_EXCL | os.O_CLOEXEC
+        with contextlib.suppress(OSError):
+            return os.open(tempfile.gettempdir(), flags, 0o600)
+    with tempfile.TemporaryFile() as unnamed:
+        return os.dup(unnamed.fileno())
 
 
 def _not_started(

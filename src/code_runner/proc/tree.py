@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import uuid
@@ -29,24 +30,33 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, loaded once (a `dlopen` per command is a tenth of a millisecond)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _prctl(option: int, arg: int) -> bool:
+    libc = _libc()
+    try:
+        return libc is not None and int(libc.prctl(option, arg, 0, 0, 0)) == 0
+    except AttributeError:
+        return False
+
+
 def become_subreaper() -> bool:
     """Make this process the reaper of orphaned descendants (Linux only). Idempotent."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def make_undumpable() -> bool:
     """Make this process non-dumpable: its /proc files (environ, mem, fds) become root's,
     so a child running as the same user cannot read the runner's environment or memory,
     nor ptrace it. No core dumps either. Idempotent; False where prctl is missing."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+    return _prctl(_PR_SET_DUMPABLE, 0)
 
 
 def signal_group(pgid: int, sig: int) -> None:
