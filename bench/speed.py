@@ -4,7 +4,9 @@ Every row times code-runner and its floor interleaved (ours, floor, ours, floor,
 machine noise hits both alike, and prints the medians and their ratio:
 
 - `proc.run` of `true` (no sandbox) against a bare fork/exec/wait of it, with a crowd of
-  idle processes on the machine (`--crowd`), so a scan of every process would show;
+  idle processes on the machine (`--crowd`), so a scan of every process would show; and
+  the same as a run's command runs (its environment names the run: it joins the run's
+  cgroup, whose leaf is emptied and removed when it ends);
 - one sandboxed command (`bash -c true` through the run's sandbox and `proc.run`, as an
   agent's command runs) against the same argv by a bare fork/exec/wait;
 - a whole turn with one sandboxed command (a real run over the scripted model server),
@@ -49,6 +51,7 @@ from code_runner import proc, sandbox, workspace
 from code_runner.agents.model.client import OpenAIChatClient
 from code_runner.agents.model.transcript import Transcript
 from code_runner.config import OpenAIBackend
+from code_runner.proc import tracking
 from code_runner.repo import git
 from code_runner.testing.chat_completions import ChatCompletions, Turn, call
 from code_runner.testing.scripted_server import ScriptedServer
@@ -97,24 +100,37 @@ def _crowd(count: int) -> Iterator[None]:
 
 def row_proc_run(repeat: int, crowd: int) -> None:
     env = dict(os.environ)
+    env.pop(proc.RUN_ID_ENV, None)
+    # as a run's command (DoD, agent command with the sandbox off) runs: its environment
+    # names the run, so it joins a cgroup leaf of the run, emptied and removed at its end
+    in_run = {**env, proc.RUN_ID_ENV: f"speed-{os.getpid()}"}
+    tracked = proc.describe_tracking() if tracking.hierarchy() is not None else None
     with _crowd(crowd):
         count = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
-        ours, floor = _pair(
-            lambda: proc.run(["true"], cwd="/", env=env, timeout_s=30),
-            lambda: subprocess.run(["true"], cwd="/", env=env, check=True),
-            repeat,
-        )
-        cpu = []
-        for fn in (
-            lambda: proc.run(["true"], cwd="/", env=env, timeout_s=30),
-            lambda: subprocess.run(["true"], cwd="/", env=env, check=True),
-        ):
-            started = time.process_time()
-            for _ in range(repeat):
-                fn()
-            cpu.append((time.process_time() - started) / repeat)
-    _row(f"proc.run of true, {count} processes on the machine", ours, floor, "<= floor + 1 ms")
-    print(f"{'':58} over the floor: {(ours - floor) * 1000:.2f} ms")
+        _proc_run_row(f"proc.run of true, {count} processes on the machine", env, repeat)
+        if tracked is None:
+            print(f"{'':58} in a run: not measured, no writable cgroup here")
+        else:
+            _proc_run_row("  the same in a run (its own cgroup leaf)", in_run, repeat)
+            print(f"{'':58} tracking: {tracked}")
+
+
+def _proc_run_row(what: str, env: dict[str, str], repeat: int) -> None:
+    def ours() -> None:
+        proc.run(["true"], cwd="/", env=env, timeout_s=30)
+
+    def floor() -> None:
+        subprocess.run(["true"], cwd="/", env=env, check=True)
+
+    wall_ours, wall_floor = _pair(ours, floor, repeat)
+    cpu = []
+    for fn in (ours, floor):
+        started = time.process_time()
+        for _ in range(repeat):
+            fn()
+        cpu.append((time.process_time() - started) / repeat)
+    _row(what, wall_ours, wall_floor, "<= floor + 1 ms")
+    print(f"{'':58} over the floor: {(wall_ours - wall_floor) * 1000:.2f} ms")
     print(
         f"{'':58} the runner's own CPU per call: {cpu[0] * 1000:.2f} ms "
         f"(bare: {cpu[1] * 1000:.2f} ms; load does not inflate it)"

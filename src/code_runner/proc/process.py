@@ -317,6 +317,7 @@ def spawn(
     stderr_path: Path,
     append: bool = True,
     pass_fds: Sequence[int] = (),
+    open_fds: tuple[int | None, int | None] = (None, None),
 ) -> Process:
     """Start `argv` in its own session, stdin from /dev/null, output to files.
 
@@ -326,6 +327,8 @@ def spawn(
     nothing it starts can leave (`tracking`), and the runner becomes non-dumpable, so the
     child cannot read the runner's environment through /proc.
     `pass_fds` stay open in the child (a socket to a resident sandbox's executor).
+    `open_fds` are descriptors the caller already holds on `stdout_path` and
+    `stderr_path` (`run`'s unnamed files), given to the child as they are.
     Raises OSError when the program cannot be started.
     """
     token = new_token()
@@ -333,11 +336,11 @@ def spawn(
     prefix, group = _run_prefix(env, token)
     flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
     args = tuple(argv)
-    with contextlib.ExitStack() as opened:  # `open_no_follow` makes a missing directory
-        out_fd = open_no_follow(stdout_path, flags)
-        opened.callback(os.close, out_fd)
-        err_fd = open_no_follow(stderr_path, flags)
-        opened.callback(os.close, err_fd)
+    with contextlib.ExitStack() as opened:
+        out_fd, err_fd = (
+            given if given is not None else _open_output(opened, path, flags)
+            for given, path in zip(open_fds, (stdout_path, stderr_path), strict=True)
+        )
         started = time.monotonic()
         popen = subprocess.Popen(
             (*prefix, *args),
@@ -360,6 +363,14 @@ def spawn(
         stderr_path=stderr_path,
         group=group,
     )
+
+
+def _open_output(opened: contextlib.ExitStack, path: Path, flags: int) -> int:
+    """`path` opened for the child's output (a missing directory is made), closed with
+    `opened`."""
+    fd = open_no_follow(path, flags)
+    opened.callback(os.close, fd)
+    return fd
 
 
 def _run_prefix(env: Mapping[str, str], leaf: str) -> tuple[list[str], Path | None]:

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -108,11 +108,17 @@ def run(
     """
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        out_path = stdout_path or stack.enter_context(_anonymous_file())
-        err_path = stderr_path or stack.enter_context(_anonymous_file())
+        out_path, out_fd = (stdout_path, None) if stdout_path else _anonymous(stack)
+        err_path, err_fd = (stderr_path, None) if stderr_path else _anonymous(stack)
         try:
             process = spawn(
-                argv, cwd=cwd, env=env, stdout_path=out_path, stderr_path=err_path, append=False
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout_path=out_path,
+                stderr_path=err_path,
+                append=False,
+                open_fds=(out_fd, err_fd),
             )
         except OSError as exc:
             return _not_started(tuple(argv), str(cwd), err_path, exc, started)
@@ -127,27 +133,26 @@ def run(
     raise AssertionError("unreachable")  # pragma: no cover - the with block returns
 
 
-@contextlib.contextmanager
-def _anonymous_file() -> Iterator[Path]:
-    """A path to a file with no name in any directory (O_TMPFILE where the kernel has it),
-    through /proc/self/fd; a per-command scratch dir where /proc is missing."""
+def _anonymous(stack: contextlib.ExitStack) -> tuple[Path, int | None]:
+    """A file with no name in any directory, for the life of `stack`: its path through
+    /proc/self/fd and its descriptor; a file in a per-command scratch dir (and None) where
+    /proc is missing."""
     if not os.path.isdir("/proc/self/fd"):
         scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
-        try:
-            yield Path(scratch) / "output"
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        return
+        stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+        return Path(scratch) / "output", None
     fd = _unnamed_fd()
-    try:
-        yield Path(f"/proc/self/fd/{fd}")
-    finally:
-        os.close(fd)
+    stack.callback(os.close, fd)
+    return Path(f"/proc/self/fd/{fd}"), fd
 
 
 def _unnamed_fd() -> int:
-    """A descriptor of a new file in the temp dir with no name: made so (O_TMPFILE) where
-    the file system can, else named and unlinked at once (`tempfile.TemporaryFile`)."""
+    """A descriptor of a new file with no name: in memory (`memfd_create`: no disk, no
+    journal) where the kernel has it, else in the temp dir (O_TMPFILE), else one named
+    and unlinked at once (`tempfile.TemporaryFile`). Its size is the output cap's to
+    bound, as any output file's."""
+    with contextlib.suppress(AttributeError, OSError):
+        return os.memfd_create("code-runner-output", os.MFD_CLOEXEC)
     tmpfile = getattr(os, "O_TMPFILE", 0)
     if tmpfile:
         flags = tmpfile | os.O_RDWR | os.O_EXCL | os.O_CLOEXEC

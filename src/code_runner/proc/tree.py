@@ -24,6 +24,7 @@ RUN_ID_ENV = "CODE_RUNNER_RUN_ID"  # set in every agent command and DoD by the r
 DEFAULT_GRACE_S = 2.0
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_DUMPABLE = 4
+_WALL = 0x40000000  # waitid's __WALL: children of any kind (the os module has no name for it)
 
 
 def new_token() -> str:
@@ -109,9 +110,24 @@ def _carries(pid: int, token: str) -> bool:
         return False
 
 
+def has_children() -> bool:
+    """Whether this process has a child (running, stopped or a zombie): one `waitid` that
+    reaps nothing. Without one it has no descendants at all (an orphan re-parented to us,
+    the subreaper, is a child)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL)
+    except ChildProcessError:
+        return False
+    except OSError:
+        return True  # not asked: the tree is read
+    return True
+
+
 def tokened(token: str, root_pid: int) -> list[psutil.Process]:
     """Live processes that carry `token`: descendants of ours, or orphans now ours."""
     found: list[psutil.Process] = []
+    if not has_children():
+        return found
     pids = descendants(os.getpid())
     if pids is None:  # no children lists: psutil builds the tree from every process
         try:
