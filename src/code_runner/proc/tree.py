@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import math
 import os
+import select
 import signal
+import time
 import uuid
 
 import psutil
@@ -184,7 +187,40 @@ def _kill_all(processes: list[psutil.Process], grace_s: float) -> None:
     for process in processes:
         with contextlib.suppress(psutil.Error):
             process.kill()
-    psutil.wait_procs(processes, timeout=grace_s)
+    wait_gone(processes, grace_s)
+
+
+def wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait up to `timeout_s` for each of `processes` to exit; those still running.
+
+    Woken by each exit (a pidfd per process, checked to be that very process once open),
+    not by polling; psutil's polling where the kernel has no pidfds."""
+    deadline = time.monotonic() + timeout_s
+    watched: dict[int, psutil.Process] = {}
+    try:
+        for process in processes:
+            try:
+                fd = os.pidfd_open(process.pid)
+            except ProcessLookupError:
+                continue  # gone already
+            except (AttributeError, OSError):
+                return list(psutil.wait_procs(processes, timeout=timeout_s)[1])
+            watched[fd] = process
+            if not process.is_running():  # the pid is another process's now
+                del watched[fd]
+                os.close(fd)
+        waiter = select.poll()
+        for fd in watched:
+            waiter.register(fd, select.POLLIN)
+        pending = set(watched)
+        while pending and (remaining := deadline - time.monotonic()) > 0:
+            for fd, _ in waiter.poll(math.ceil(remaining * 1000)):
+                waiter.unregister(fd)
+                pending.discard(fd)
+        return [watched[fd] for fd in pending]
+    finally:
+        for fd in watched:
+            os.close(fd)
 
 
 def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -198,7 +234,7 @@ def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
         for child in found:
             with contextlib.suppress(psutil.Error):
                 child.terminate()
-        _, alive = psutil.wait_procs(found, timeout=grace_s)
+        alive = wait_gone(found, grace_s)
         _kill_all(alive, grace_s)
         _reap(found)
         return len(found)
