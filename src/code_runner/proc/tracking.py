@@ -6,6 +6,8 @@ a one-line `sh` writes `$$` to the leaf's `cgroup.procs`. Whatever the program f
 `setsid`s or `env -i`s stays inside, and only a process with write access to the cgroup
 tree (root outside any sandbox) could move itself out. A command's leaf is emptied (every
 member SIGKILLed) when the command ends; `gc` empties a dead run's whole group by its name.
+On v2 an empty leaf costs one read of `cgroup.events`; a full one is killed whole with
+`cgroup.kill`, and its members' exits are awaited on pidfds, never by sleeping.
 
 Which hierarchy: a cgroup v2 hierarchy with no controllers to share (a hybrid system's
 `unified`), else a v1 one the sandbox does not put its limits in (`freezer`, `name=systemd`,
