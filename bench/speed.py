@@ -57,6 +57,7 @@ from code_runner.testing.chat_completions import ChatCompletions, Turn, call
 from code_runner.testing.scripted_server import ScriptedServer
 
 ROWS: list[tuple[str, float, float, str]] = []  # what, ours (s), floor (s), target
+PROC_SAMPLES = 10  # pairs per repeat in the proc.run rows
 
 
 def _pair(ours: Callable[[], Any], floor: Callable[[], Any], repeat: int) -> tuple[float, float]:
@@ -108,11 +109,31 @@ def row_proc_run(repeat: int, crowd: int) -> None:
     with _crowd(crowd):
         count = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
         _proc_run_row(f"proc.run of true, {count} processes on the machine", env, repeat)
+        _session_cost(env, repeat)
         if tracked is None:
             print(f"{'':58} in a run: not measured, no writable cgroup here")
         else:
             _proc_run_row("  the same in a run (its own cgroup leaf)", in_run, repeat)
             print(f"{'':58} tracking: {tracked}")
+
+
+def _session_cost(env: dict[str, str], repeat: int) -> None:
+    """What the session of its own that `proc.run` gives a command costs by itself: a bare
+    fork/exec with `setsid` against one without (where the kernel groups each session for
+    the scheduler, `setsid` makes a new group, and the child waits for CPU in it)."""
+    alone, floor = _pair(
+        lambda: subprocess.run(["true"], cwd="/", env=env, check=True, start_new_session=True),
+        lambda: subprocess.run(["true"], cwd="/", env=env, check=True),
+        repeat * PROC_SAMPLES,
+    )
+    try:
+        autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        autogroup = "absent"
+    print(
+        f"{'':58} of which its own session: a bare fork/exec with setsid is "
+        f"{(alone - floor) * 1000:+.2f} ms (sched_autogroup_enabled: {autogroup})"
+    )
 
 
 def _proc_run_row(what: str, env: dict[str, str], repeat: int) -> None:
@@ -122,15 +143,18 @@ def _proc_run_row(what: str, env: dict[str, str], repeat: int) -> None:
     def floor() -> None:
         subprocess.run(["true"], cwd="/", env=env, check=True)
 
-    wall_ours, wall_floor = _pair(ours, floor, repeat)
+    # a call is a few ms and the machine is shared: a median of `repeat` pairs would be
+    # noise, so the row takes `PROC_SAMPLES` times as many (a second or two)
+    samples = repeat * PROC_SAMPLES
+    wall_ours, wall_floor = _pair(ours, floor, samples)
     cpu = []
     for fn in (ours, floor):
         started = time.process_time()
-        for _ in range(repeat):
+        for _ in range(samples):
             fn()
-        cpu.append((time.process_time() - started) / repeat)
+        cpu.append((time.process_time() - started) / samples)
     _row(what, wall_ours, wall_floor, "<= floor + 1 ms")
-    print(f"{'':58} over the floor: {(wall_ours - wall_floor) * 1000:.2f} ms")
+    print(f"{'':58} over the floor: {(wall_ours - wall_floor) * 1000:.2f} ms ({samples} pairs)")
     print(
         f"{'':58} the runner's own CPU per call: {cpu[0] * 1000:.2f} ms "
         f"(bare: {cpu[1] * 1000:.2f} ms; load does not inflate it)"
