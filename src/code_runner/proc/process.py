@@ -1,9 +1,13 @@
 """One handle for a started process: `spawn` it, `poll` it, `wait` for a `ProcResult`, or
 `kill_tree` it.
 
-Every child gets its own session (so a timeout can signal the whole group), stdin from
-/dev/null, and a token in its environment (see `tree`). Output goes to files, never pipes (a
-grandchild holding a pipe would block us), with a size cap enforced while `wait` watches.
+Every child gets its own session (so a timeout can signal the whole group, and the runner's
+terminal is not the child's to read), stdin from /dev/null, and a token in its environment
+(see `tree`). `run` gives a command its own process group instead where the runner has no
+terminal: there the two are alike, and a session costs the command's wall time (the kernel
+groups each session for the scheduler; a new group waits for CPU). Output goes to files,
+never pipes (a grandchild holding a pipe would block us), with a size cap enforced while
+`wait` watches.
 
 Exit codes are as a shell reports them, whichever way a caller asks: 128+N for signal N and
 124 for a timeout, as with timeout(1) (`exit_code_of`).
@@ -12,6 +16,7 @@ Exit codes are as a shell reports them, whichever way a caller asks: 128+N for s
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import select
@@ -318,6 +323,7 @@ def spawn(
     append: bool = True,
     pass_fds: Sequence[int] = (),
     open_fds: tuple[int | None, int | None] = (None, None),
+    own_session: bool = True,
 ) -> Process:
     """Start `argv` in its own session, stdin from /dev/null, output to files.
 
@@ -329,6 +335,8 @@ def spawn(
     `pass_fds` stay open in the child (a socket to a resident sandbox's executor).
     `open_fds` are descriptors the caller already holds on `stdout_path` and
     `stderr_path` (`run`'s unnamed files), given to the child as they are.
+    `own_session=False` starts it in a process group of its own, in the runner's session
+    (only where the runner has no terminal: `has_terminal`).
     Raises OSError when the program cannot be started.
     """
     token = new_token()
@@ -349,7 +357,8 @@ def spawn(
             stdin=subprocess.DEVNULL,
             stdout=out_fd,
             stderr=err_fd,
-            start_new_session=True,
+            start_new_session=own_session,
+            process_group=None if own_session else 0,
             close_fds=True,
             pass_fds=tuple(pass_fds),
         )
@@ -363,6 +372,17 @@ def spawn(
         stderr_path=stderr_path,
         group=group,
     )
+
+
+def has_terminal() -> bool:
+    """Whether this process has a controlling terminal (an error other than "none" is
+    taken for yes: a child then gets a session of its own, away from it)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        return exc.errno != errno.ENXIO
+    os.close(fd)
+    return True
 
 
 def _open_output(opened: contextlib.ExitStack, path: Path, flags: int) -> int:

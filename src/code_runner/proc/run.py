@@ -25,6 +25,7 @@ from code_runner.proc.process import (
     TIMEOUT_EXIT_CODE,
     ProcResult,
     StopCheck,
+    has_terminal,
     spawn,
 )
 from code_runner.proc.tree import DEFAULT_GRACE_S, RUN_ID_ENV, signal_group
@@ -102,6 +103,9 @@ def run(
     """Run `argv` to completion or timeout, killing its whole tree either way; also when
     `stop_when` (asked while it runs) returns True (`ProcResult.stopped`).
 
+    The command gets a process group of its own, and a session of its own too where the
+    runner has a terminal (so the command cannot read it).
+
     A program that cannot be started is exit code 127 with the reason in stderr, as in a
     shell, not an exception. Output the caller does not keep goes to anonymous files,
     which need no directory and vanish with the runner, however it ends.
@@ -119,6 +123,7 @@ def run(
                 stderr_path=err_path,
                 append=False,
                 open_fds=(out_fd, err_fd),
+                own_session=has_terminal(),
             )
         except OSError as exc:
             return _not_started(tuple(argv), str(cwd), err_path, exc, started)
