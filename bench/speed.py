@@ -4,7 +4,9 @@ Every row times code-runner and its floor interleaved (ours, floor, ours, floor,
 machine noise hits both alike, and prints the medians and their ratio:
 
 - `proc.run` of `true` (no sandbox) against a bare fork/exec/wait of it, with a crowd of
-  idle processes on the machine (`--crowd`), so a scan of every process would show;
+  idle processes on the machine (`--crowd`), so a scan of every process would show; and
+  the same as a run's command runs (its environment names the run: it joins the run's
+  cgroup, whose leaf is emptied and removed when it ends);
 - one sandboxed command (the model's `run_command` call of `true` through the Toolbox and
   the run's sandbox, as an agent's command runs) against the same argv (`bash -c true`)
   by a bare fork/exec/wait;
@@ -51,6 +53,7 @@ from code_runner.agents.model.client import OpenAIChatClient
 from code_runner.agents.model.transcript import Transcript
 from code_runner.config import OpenAIBackend
 from code_runner.events import ListSink
+from code_runner.proc import tracking
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
 from code_runner.testing.chat_completions import ChatCompletions, Turn, call
@@ -58,6 +61,7 @@ from code_runner.testing.scripted_server import ScriptedServer
 from code_runner.tools import Toolbox
 
 ROWS: list[tuple[str, float, float, str]] = []  # what, ours (s), floor (s), target
+PROC_SAMPLES = 10  # pairs per repeat in the proc.run rows
 
 
 def _pair(ours: Callable[[], Any], floor: Callable[[], Any], repeat: int) -> tuple[float, float]:
@@ -101,24 +105,60 @@ def _crowd(count: int) -> Iterator[None]:
 
 def row_proc_run(repeat: int, crowd: int) -> None:
     env = dict(os.environ)
+    env.pop(proc.RUN_ID_ENV, None)
+    # as a run's command (DoD, agent command with the sandbox off) runs: its environment
+    # names the run, so it joins a cgroup leaf of the run, emptied and removed at its end
+    in_run = {**env, proc.RUN_ID_ENV: f"speed-{os.getpid()}"}
+    tracked = proc.describe_tracking() if tracking.hierarchy() is not None else None
     with _crowd(crowd):
         count = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
-        ours, floor = _pair(
-            lambda: proc.run(["true"], cwd="/", env=env, timeout_s=30),
-            lambda: subprocess.run(["true"], cwd="/", env=env, check=True),
-            repeat,
-        )
-        cpu = []
-        for fn in (
-            lambda: proc.run(["true"], cwd="/", env=env, timeout_s=30),
-            lambda: subprocess.run(["true"], cwd="/", env=env, check=True),
-        ):
-            started = time.process_time()
-            for _ in range(repeat):
-                fn()
-            cpu.append((time.process_time() - started) / repeat)
-    _row(f"proc.run of true, {count} processes on the machine", ours, floor, "<= floor + 1 ms")
-    print(f"{'':58} over the floor: {(ours - floor) * 1000:.2f} ms")
+        _proc_run_row(f"proc.run of true, {count} processes on the machine", env, repeat)
+        _session_cost(env, repeat)
+        if tracked is None:
+            print(f"{'':58} in a run: not measured, no writable cgroup here")
+        else:
+            _proc_run_row("  the same in a run (its own cgroup leaf)", in_run, repeat)
+            print(f"{'':58} tracking: {tracked}")
+
+
+def _session_cost(env: dict[str, str], repeat: int) -> None:
+    """What the session of its own that `proc.run` gives a command costs by itself: a bare
+    fork/exec with `setsid` against one without (where the kernel groups each session for
+    the scheduler, `setsid` makes a new group, and the child waits for CPU in it)."""
+    alone, floor = _pair(
+        lambda: subprocess.run(["true"], cwd="/", env=env, check=True, start_new_session=True),
+        lambda: subprocess.run(["true"], cwd="/", env=env, check=True),
+        repeat * PROC_SAMPLES,
+    )
+    try:
+        autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        autogroup = "absent"
+    print(
+        f"{'':58} of which its own session: a bare fork/exec with setsid is "
+        f"{(alone - floor) * 1000:+.2f} ms (sched_autogroup_enabled: {autogroup})"
+    )
+
+
+def _proc_run_row(what: str, env: dict[str, str], repeat: int) -> None:
+    def ours() -> None:
+        proc.run(["true"], cwd="/", env=env, timeout_s=30)
+
+    def floor() -> None:
+        subprocess.run(["true"], cwd="/", env=env, check=True)
+
+    # a call is a few ms and the machine is shared: a median of `repeat` pairs would be
+    # noise, so the row takes `PROC_SAMPLES` times as many (a second or two)
+    samples = repeat * PROC_SAMPLES
+    wall_ours, wall_floor = _pair(ours, floor, samples)
+    cpu = []
+    for fn in (ours, floor):
+        started = time.process_time()
+        for _ in range(samples):
+            fn()
+        cpu.append((time.process_time() - started) / samples)
+    _row(what, wall_ours, wall_floor, "<= floor + 1 ms")
+    print(f"{'':58} over the floor: {(wall_ours - wall_floor) * 1000:.2f} ms ({samples} pairs)")
     print(
         f"{'':58} the runner's own CPU per call: {cpu[0] * 1000:.2f} ms "
         f"(bare: {cpu[1] * 1000:.2f} ms; load does not inflate it)"

@@ -1,9 +1,13 @@
 """One handle for a started process: `spawn` it, `poll` it, `wait` for a `ProcResult`, or
 `kill_tree` it.
 
-Every child gets its own session (so a timeout can signal the whole group), stdin from
-/dev/null, and a token in its environment (see `tree`). Output goes to files, never pipes (a
-grandchild holding a pipe would block us), with a size cap enforced while `wait` watches.
+Every child gets its own session (so a timeout can signal the whole group, and the runner's
+terminal is not the child's to read), stdin from /dev/null, and a token in its environment
+(see `tree`). `run` gives a command its own process group instead where the runner has no
+terminal: there the two are alike, and a session costs the command's wall time (the kernel
+groups each session for the scheduler; a new group waits for CPU). Output goes to files,
+never pipes (a grandchild holding a pipe would block us), with a size cap enforced while
+`wait` watches.
 
 Exit codes are as a shell reports them, whichever way a caller asks: 128+N for signal N and
 124 for a timeout, as with timeout(1) (`exit_code_of`).
@@ -12,13 +16,14 @@ Exit codes are as a shell reports them, whichever way a caller asks: 128+N for s
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,22 +160,33 @@ class Process:
         """
         if self.popen.poll() is not None:
             return True
+        with self._exit_fd() as pidfd:
+            return self._wait_exit_on(pidfd, timeout_s)
+
+    @contextlib.contextmanager
+    def _exit_fd(self) -> Iterator[int | None]:
+        """A pidfd of the child (readable once it exits), None where the kernel has none.
+        Only while the child is not reaped: its pid cannot be anyone else's yet."""
         try:
             pidfd = os.pidfd_open(self.popen.pid)
         except (AttributeError, OSError):
-            pidfd = None
+            yield None
+            return
+        try:
+            yield pidfd
+        finally:
+            os.close(pidfd)
+
+    def _wait_exit_on(self, pidfd: int | None, timeout_s: float) -> bool:
         if pidfd is None:
             try:
                 self.popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 return False
             return True
-        try:
-            waiter = select.poll()
-            waiter.register(pidfd, select.POLLIN)
-            waiter.poll(max(0, math.ceil(timeout_s * 1000)))
-        finally:
-            os.close(pidfd)
+        waiter = select.poll()
+        waiter.register(pidfd, select.POLLIN)
+        waiter.poll(max(0, math.ceil(timeout_s * 1000)))
         return self.popen.poll() is not None
 
     def kill_tree(self, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -244,15 +260,28 @@ class Process:
     def _watch(
         self, deadline: float, max_output_bytes: int, stop_when: StopCheck | None
     ) -> tuple[bool, bool, bool]:
-        """Wait for exit; return (timed_out, output_limited, stopped). Polls gently, backing
-        off; `stop_when` at most every `STOP_CHECK_S`, and less often when it is slow."""
+        """Wait for exit; return (timed_out, output_limited, stopped). Woken by the exit
+        itself (one pidfd for the whole wait); between wakes, which back off, the output cap
+        is checked, and `stop_when` at most every `STOP_CHECK_S` (less often when slow)."""
+        if self.popen.poll() is not None:
+            return False, False, False
+        with self._exit_fd() as pidfd:
+            return self._watch_on(pidfd, deadline, max_output_bytes, stop_when)
+
+    def _watch_on(
+        self,
+        pidfd: int | None,
+        deadline: float,
+        max_output_bytes: int,
+        stop_when: StopCheck | None,
+    ) -> tuple[bool, bool, bool]:
         interval = 0.005
         next_check = time.monotonic() + STOP_CHECK_S
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return True, False, False
-            if self.wait_exit(min(interval, remaining)):
+            if self._wait_exit_on(pidfd, min(interval, remaining)):
                 return False, False, False
             if stop_when is not None and time.monotonic() >= next_check:
                 asked = time.monotonic()
@@ -293,6 +322,8 @@ def spawn(
     stderr_path: Path,
     append: bool = True,
     pass_fds: Sequence[int] = (),
+    open_fds: tuple[int | None, int | None] = (None, None),
+    own_session: bool = True,
 ) -> Process:
     """Start `argv` in its own session, stdin from /dev/null, output to files.
 
@@ -302,28 +333,32 @@ def spawn(
     nothing it starts can leave (`tracking`), and the runner becomes non-dumpable, so the
     child cannot read the runner's environment through /proc.
     `pass_fds` stay open in the child (a socket to a resident sandbox's executor).
+    `open_fds` are descriptors the caller already holds on `stdout_path` and
+    `stderr_path` (`run`'s unnamed files), given to the child as they are.
+    `own_session=False` starts it in a process group of its own, in the runner's session
+    (only where the runner has no terminal: `has_terminal`).
     Raises OSError when the program cannot be started.
     """
     token = new_token()
     child_env = {**env, TOKEN_ENV: token}
     prefix, group = _run_prefix(env, token)
-    stdout_path.parent.mkdir(parents=True, exist_ok=True)
-    stderr_path.parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
     args = tuple(argv)
-    with (
-        os.fdopen(open_no_follow(stdout_path, flags), "wb") as out_f,
-        os.fdopen(open_no_follow(stderr_path, flags), "wb") as err_f,
-    ):
+    with contextlib.ExitStack() as opened:
+        out_fd, err_fd = (
+            given if given is not None else _open_output(opened, path, flags)
+            for given, path in zip(open_fds, (stdout_path, stderr_path), strict=True)
+        )
         started = time.monotonic()
         popen = subprocess.Popen(
             (*prefix, *args),
             cwd=str(cwd),
             env=child_env,
             stdin=subprocess.DEVNULL,
-            stdout=out_f,
-            stderr=err_f,
-            start_new_session=True,
+            stdout=out_fd,
+            stderr=err_fd,
+            start_new_session=own_session,
+            process_group=None if own_session else 0,
             close_fds=True,
             pass_fds=tuple(pass_fds),
         )
@@ -337,6 +372,25 @@ def spawn(
         stderr_path=stderr_path,
         group=group,
     )
+
+
+def has_terminal() -> bool:
+    """Whether this process has a controlling terminal (an error other than "none" is
+    taken for yes: a child then gets a session of its own, away from it)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        return exc.errno != errno.ENXIO
+    os.close(fd)
+    return True
+
+
+def _open_output(opened: contextlib.ExitStack, path: Path, flags: int) -> int:
+    """`path` opened for the child's output (a missing directory is made), closed with
+    `opened`."""
+    fd = open_no_follow(path, flags)
+    opened.callback(os.close, fd)
+    return fd
 
 
 def _run_prefix(env: Mapping[str, str], leaf: str) -> tuple[list[str], Path | None]:
@@ -388,7 +442,8 @@ def hand_terminal(
 def read_head_tail(path: Path, head_bytes: int, tail_bytes: int) -> tuple[str, int]:
     """Return (text, total_size): the whole file if small, else head + marker + tail."""
     try:
-        path.stat()
+        if os.stat(path).st_size == 0:
+            return "", 0
     except OSError:
         return "", 0
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

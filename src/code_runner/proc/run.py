@@ -12,7 +12,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -26,6 +26,7 @@ from code_runner.proc.process import (
     TIMEOUT_EXIT_CODE,
     ProcResult,
     StopCheck,
+    has_terminal,
     spawn,
 )
 from code_runner.proc.tree import DEFAULT_GRACE_S, RUN_ID_ENV, signal_group
@@ -108,17 +109,27 @@ def run(
     """Run `argv` to completion or timeout, killing its whole tree either way; also when
     `stop_when` (asked while it runs) returns True (`ProcResult.stopped`).
 
+    The command gets a process group of its own, and a session of its own too where the
+    runner has a terminal (so the command cannot read it).
+
     A program that cannot be started is exit code 127 with the reason in stderr, as in a
     shell, not an exception. Output the caller does not keep goes to anonymous files,
     which need no directory and vanish with the runner, however it ends.
     """
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        out_path = stdout_path or stack.enter_context(_anonymous_file())
-        err_path = stderr_path or stack.enter_context(_anonymous_file())
+        out_path, out_fd = (stdout_path, None) if stdout_path else _anonymous(stack)
+        err_path, err_fd = (stderr_path, None) if stderr_path else _anonymous(stack)
         try:
             process = spawn(
-                argv, cwd=cwd, env=env, stdout_path=out_path, stderr_path=err_path, append=False
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout_path=out_path,
+                stderr_path=err_path,
+                append=False,
+                open_fds=(out_fd, err_fd),
+                own_session=has_terminal(),
             )
         except OSError as exc:
             return _not_started(tuple(argv), str(cwd), err_path, exc, started)
@@ -133,19 +144,33 @@ def run(
     raise AssertionError("unreachable")  # pragma: no cover - the with block returns
 
 
-@contextlib.contextmanager
-def _anonymous_file() -> Iterator[Path]:
-    """A path to a file with no name in any directory (O_TMPFILE where the kernel has it),
-    through /proc/self/fd; a per-command scratch dir where /proc is missing."""
+def _anonymous(stack: contextlib.ExitStack) -> tuple[Path, int | None]:
+    """A file with no name in any directory, for the life of `stack`: its path through
+    /proc/self/fd and its descriptor; a file in a per-command scratch dir (and None) where
+    /proc is missing."""
     if not os.path.isdir("/proc/self/fd"):
         scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
-        try:
-            yield Path(scratch) / "output"
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        return
-    with tempfile.TemporaryFile() as anonymous:
-        yield Path(f"/proc/self/fd/{anonymous.fileno()}")
+        stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+        return Path(scratch) / "output", None
+    fd = _unnamed_fd()
+    stack.callback(os.close, fd)
+    return Path(f"/proc/self/fd/{fd}"), fd
+
+
+def _unnamed_fd() -> int:
+    """A descriptor of a new file with no name: in memory (`memfd_create`: no disk, no
+    journal) where the kernel has it, else in the temp dir (O_TMPFILE), else one named
+    and unlinked at once (`tempfile.TemporaryFile`). Its size is the output cap's to
+    bound, as any output file's."""
+    with contextlib.suppress(AttributeError, OSError):
+        return os.memfd_create("code-runner-output", os.MFD_CLOEXEC)
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile:
+        flags = tmpfile | os.O_RDWR | os.O_EXCL | os.O_CLOEXEC
+        with contextlib.suppress(OSError):
+            return os.open(tempfile.gettempdir(), flags, 0o600)
+    with tempfile.TemporaryFile() as unnamed:
+        return os.dup(unnamed.fileno())
 
 
 def _not_started(

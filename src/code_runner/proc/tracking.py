@@ -6,6 +6,8 @@ a one-line `sh` writes `$$` to the leaf's `cgroup.procs`. Whatever the program f
 `setsid`s or `env -i`s stays inside, and only a process with write access to the cgroup
 tree (root outside any sandbox) could move itself out. A command's leaf is emptied (every
 member SIGKILLed) when the command ends; `gc` empties a dead run's whole group by its name.
+On v2 an empty leaf costs one read of `cgroup.events`; a full one is killed whole with
+`cgroup.kill`, and its members' exits are awaited on pidfds, never by sleeping.
 
 Which hierarchy: a cgroup v2 hierarchy with no controllers to share (a hybrid system's
 `unified`), else a v1 one the sandbox does not put its limits in (`freezer`, `name=systemd`,
@@ -24,16 +26,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
+import select
 import shlex
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 PREFIX = "code-runner-run-"
 SHARED_LEAF = "shared"  # short plumbing (`capture`) that may leave a daemon on purpose (tmux)
 _KILL_WAIT_S = 5.0
+_WATCH_MAX = 64  # pidfds held at once while a group is emptied
+_SLICE_S = 0.05  # the longest wait before the group is read again
 # v1 hierarchies by preference: those the sandbox never puts its limits in come first.
 _V1_ORDER = ("freezer", "name=systemd", "devices", "blkio", "cpuacct", "cpu", "pids", "memory")
 
@@ -178,20 +185,35 @@ def members(group: Path) -> set[int]:
     return found
 
 
+def populated(group: Path) -> bool | None:
+    """Whether a process is left in `group` or under it (cgroup v2's `cgroup.events`: one
+    read, whatever the tree); None where that file is missing (v1), False once it is gone."""
+    try:
+        with open(group / "cgroup.events", "rb") as events:
+            return _populated_in(events.read())
+    except FileNotFoundError:
+        return False if not group.exists() else None
+    except OSError:
+        return None
+
+
+def _populated_in(events: bytes) -> bool | None:
+    for line in events.splitlines():
+        key, _, value = line.partition(b" ")
+        if key == b"populated":
+            return value.strip() != b"0"
+    return None
+
+
 def empty(group: Path, *, remove: bool = True) -> tuple[int, ...]:
     """SIGKILL every process in `group` until none is left, then remove the group (and the
-    run's group, once it has no other leaf). Returns the pids killed."""
+    run's group, once it has no other leaf). Returns the pids killed.
+
+    On cgroup v2, an empty group costs one read (`cgroup.events`), and a full one is
+    killed whole by `cgroup.kill`; its members' exits are awaited on pidfds."""
     killed: set[int] = set()
-    deadline = time.monotonic() + _KILL_WAIT_S
-    while True:
-        pids = members(group)
-        if not pids or time.monotonic() > deadline:
-            break
-        for pid in pids - {os.getpid()}:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        killed |= pids
-        time.sleep(0.005)
+    if populated(group) is not False:
+        killed = _kill_all_in(group)
     for pid in killed:  # our children and our orphans (we are a subreaper) are reaped
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
@@ -203,8 +225,88 @@ def empty(group: Path, *, remove: bool = True) -> tuple[int, ...]:
     return tuple(sorted(killed))
 
 
+def _kill_all_in(group: Path) -> set[int]:
+    """SIGKILL everything in `group` and wait (up to `_KILL_WAIT_S`) until it is empty.
+
+    Each member's exit is awaited on a pidfd (opened before the kill, while it is alive),
+    not by sleeping; the group's `cgroup.events` notice is rate-limited by the kernel
+    (10 ms), so it is read, not waited on. A fork racing the kill is found by the next
+    read and killed in turn."""
+    deadline = time.monotonic() + _KILL_WAIT_S
+    killed: set[int] = set()
+    pids = _left(group)
+    while pids and time.monotonic() <= deadline:
+        with _exit_fds(sorted(pids)[:_WATCH_MAX]) as fds:
+            whole = os.getpid() not in pids and _write(group / "cgroup.kill", "1")
+            for pid in () if whole else pids - {os.getpid()}:  # v1: a pid at a time
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed |= pids
+            _wait_exits(fds, min(deadline, time.monotonic() + _SLICE_S))
+        pids = _left(group)
+    return killed
+
+
+def _left(group: Path) -> set[int]:
+    return set() if populated(group) is False else members(group)
+
+
+@contextlib.contextmanager
+def _exit_fds(pids: list[int]) -> Iterator[list[int]]:
+    """pidfds of `pids` (each readable once its process has exited); those gone are
+    skipped, and none where the kernel has no pidfds."""
+    fds: list[int] = []
+    try:
+        for pid in pids:
+            with contextlib.suppress(AttributeError, OSError):
+                fds.append(os.pidfd_open(pid))
+        yield fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _wait_exits(fds: list[int], until: float) -> None:
+    """Wait until every process of `fds` has exited, or `until` (a short sleep where
+    there is no pidfd to wait on)."""
+    if not fds:
+        time.sleep(max(0.0, min(0.005, until - time.monotonic())))
+        return
+    waiter = select.poll()
+    for fd in fds:
+        waiter.register(fd, select.POLLIN)
+    pending = len(fds)
+    while pending:
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            return
+        for fd, _ in waiter.poll(math.ceil(remaining * 1000)):
+            waiter.unregister(fd)
+            pending -= 1
+
+
+def _write(path: Path, text: str) -> bool:
+    """Write `text` to the control file `path` (never made: a missing one is False)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def remove_group(group: Path) -> None:
     """Remove `group` and the groups under it (each must be empty of processes)."""
+    with contextlib.suppress(OSError):
+        group.rmdir()  # a leaf, as a command's is: no walk
+        return
+    if not group.exists():
+        return
     subdirs = sorted((Path(d) for d, _, _ in os.walk(group)), key=lambda p: -len(p.parts))
     for here in subdirs:
         remove_cgroup_dir(here)

@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import math
 import os
+import select
 import signal
+import time
 import uuid
 
 import psutil
@@ -24,6 +27,7 @@ RUN_ID_ENV = "CODE_RUNNER_RUN_ID"  # set in every agent command and DoD by the r
 DEFAULT_GRACE_S = 2.0
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_DUMPABLE = 4
+_WALL = 0x40000000  # waitid's __WALL: children of any kind (the os module has no name for it)
 
 
 def new_token() -> str:
@@ -31,27 +35,32 @@ def new_token() -> str:
 
 
 @functools.cache
-def _libc() -> ctypes.CDLL:
-    """The C library, loaded once (loading it costs ~40 us, and every command asks)."""
-    return ctypes.CDLL(None, use_errno=True)
+def _libc() -> ctypes.CDLL | None:
+    """The C library, loaded once (a `dlopen` per command is a tenth of a millisecond)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _prctl(option: int, arg: int) -> bool:
+    libc = _libc()
+    try:
+        return libc is not None and int(libc.prctl(option, arg, 0, 0, 0)) == 0
+    except AttributeError:
+        return False
 
 
 def become_subreaper() -> bool:
     """Make this process the reaper of orphaned descendants (Linux only). Idempotent."""
-    try:
-        return int(_libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def make_undumpable() -> bool:
     """Make this process non-dumpable: its /proc files (environ, mem, fds) become root's,
     so a child running as the same user cannot read the runner's environment or memory,
     nor ptrace it. No core dumps either. Idempotent; False where prctl is missing."""
-    try:
-        return int(_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+    return _prctl(_PR_SET_DUMPABLE, 0)
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -104,9 +113,24 @@ def _carries(pid: int, token: str) -> bool:
         return False
 
 
+def has_children() -> bool:
+    """Whether this process has a child (running, stopped or a zombie): one `waitid` that
+    reaps nothing. Without one it has no descendants at all (an orphan re-parented to us,
+    the subreaper, is a child)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL)
+    except ChildProcessError:
+        return False
+    except OSError:
+        return True  # not asked: the tree is read
+    return True
+
+
 def tokened(token: str, root_pid: int) -> list[psutil.Process]:
     """Live processes that carry `token`: descendants of ours, or orphans now ours."""
     found: list[psutil.Process] = []
+    if not has_children():
+        return found
     pids = descendants(os.getpid())
     if pids is None:  # no children lists: psutil builds the tree from every process
         try:
@@ -163,7 +187,40 @@ def _kill_all(processes: list[psutil.Process], grace_s: float) -> None:
     for process in processes:
         with contextlib.suppress(psutil.Error):
             process.kill()
-    psutil.wait_procs(processes, timeout=grace_s)
+    wait_gone(processes, grace_s)
+
+
+def wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait up to `timeout_s` for each of `processes` to exit; those still running.
+
+    Woken by each exit (a pidfd per process, checked to be that very process once open),
+    not by polling; psutil's polling where the kernel has no pidfds."""
+    deadline = time.monotonic() + timeout_s
+    watched: dict[int, psutil.Process] = {}
+    try:
+        for process in processes:
+            try:
+                fd = os.pidfd_open(process.pid)
+            except ProcessLookupError:
+                continue  # gone already
+            except (AttributeError, OSError):
+                return list(psutil.wait_procs(processes, timeout=timeout_s)[1])
+            watched[fd] = process
+            if not process.is_running():  # the pid is another process's now
+                del watched[fd]
+                os.close(fd)
+        waiter = select.poll()
+        for fd in watched:
+            waiter.register(fd, select.POLLIN)
+        pending = set(watched)
+        while pending and (remaining := deadline - time.monotonic()) > 0:
+            for fd, _ in waiter.poll(math.ceil(remaining * 1000)):
+                waiter.unregister(fd)
+                pending.discard(fd)
+        return [watched[fd] for fd in pending]
+    finally:
+        for fd in watched:
+            os.close(fd)
 
 
 def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -177,7 +234,7 @@ def kill_tokened(token: str, *, grace_s: float = DEFAULT_GRACE_S) -> int:
         for child in found:
             with contextlib.suppress(psutil.Error):
                 child.terminate()
-        _, alive = psutil.wait_procs(found, timeout=grace_s)
+        alive = wait_gone(found, grace_s)
         _kill_all(alive, grace_s)
         _reap(found)
         return len(found)
