@@ -80,17 +80,19 @@ class _GuardedOpenAI(openai.OpenAI):
     and each request URL joined to the base URL once (the SDK re-parses both per call)."""
 
     guard: StreamGuard | None = None
-    _urls: dict[str, httpx2.URL]
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._urls: dict[str, httpx2.URL] = {}
 
     def _make_sse_decoder(self) -> Any:
         return self.guard.decoder() if self.guard is not None else super()._make_sse_decoder()
 
     def _prepare_url(self, url: str) -> httpx2.URL:
-        # an httpx URL is immutable and the client's base URL is fixed at construction
-        urls = self.__dict__.setdefault("_urls", {})
-        prepared = urls.get(url)
+        # an httpx URL is immutable, and this client's base URL is never changed
+        prepared = self._urls.get(url)
         if prepared is None:
-            prepared = urls[url] = super()._prepare_url(url)
+            prepared = self._urls[url] = super()._prepare_url(url)
         return prepared
 
 
