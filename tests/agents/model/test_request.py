@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from code_runner.agents.model.client import OpenAIChatClient
@@ -61,6 +62,7 @@ def test_every_call_sends_the_body_and_the_needed_headers_only(
         assert set(request.headers) == SENT | {"x-team", "x-stainless-lang"}, request.headers
         assert request.headers["authorization"] == "Bearer k-1"
         assert request.headers["content-type"] == "application/json"
+        assert request.headers["user-agent"] == f"OpenAI/Python {openai.__version__}"
         assert request.headers["x-team"] == "compilers"
         assert request.headers["x-stainless-lang"] == "set-by-the-backend"
 

@@ -77,13 +77,19 @@ class _Failure(Exception):
 
 class _GuardedOpenAI(openai.OpenAI):
     """The SDK's client, with every stream's bytes read through the current `StreamGuard`,
-    and each request URL joined to the base URL once (the SDK re-parses both per call)."""
+    each request URL joined to the base URL once (the SDK re-parses both per call), and
+    the SDK's own User-Agent."""
 
     guard: StreamGuard | None = None
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._urls: dict[str, httpx2.URL] = {}
+
+    @property
+    def user_agent(self) -> str:
+        # the SDK names the client's class: the server sees the SDK, not this subclass
+        return f"OpenAI/Python {openai.__version__}"
 
     def _make_sse_decoder(self) -> Any:
         return self.guard.decoder() if self.guard is not None else super()._make_sse_decoder()
@@ -103,7 +109,7 @@ def _request_template(sdk: openai.OpenAI, settings: OpenAIBackend) -> FinalReque
 
     The SDK's own telemetry headers (`X-Stainless-*`: its version, the OS, the Python
     runtime, its retry count, which is always 0 with its retries off, and its read timeout)
-    are left out: ten of the seventeen headers of a request, each one normalised and
+    are left out: nine of the seventeen headers of a request, each one normalised and
     validated again on every call by every layer below. A header the backend's `headers`
     names is sent as configured."""
     telemetry = [*sdk.default_headers, "X-Stainless-Retry-Count", "X-Stainless-Read-Timeout"]
