@@ -1,6 +1,7 @@
 """One connection for a whole run: the client reads each answer's end-of-body after
 `[DONE]`, so the next turn reuses the connection, and a server that never ends its body
-after `[DONE]` costs at most the drain's bound, not the answer."""
+after `[DONE]` costs at most the drain's bound, not the answer. The guard's line limit
+holds however the body is cut into chunks."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from code_runner.agents.model.client import OpenAIChatClient
-from code_runner.agents.model.stream_guard import DRAIN_S
+from code_runner.agents.model.stream_guard import DRAIN_S, MalformedStream, StreamGuard
 from code_runner.agents.model.transcript import Transcript
 from code_runner.config import OpenAIBackend
 from code_runner.testing.chat_completions import ChatCompletions, Turn
@@ -65,3 +68,34 @@ def test_a_body_left_open_after_done_costs_the_drain_bound_not_the_answer(
     nxt = client.complete(MESSAGES, [], deadline=None, tag={"round": 1, "turn": 2})
     assert nxt.content == "next"
     assert server.connections == 2  # the hung-up connection was not reused
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(st.integers(0, 300), st.sampled_from([b"\n", b"\r", b"\r\n"])),
+        min_size=1,
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(1, 200), max_size=30),
+    limit=st.integers(40, 250),
+)
+def test_the_line_limit_holds_however_the_body_is_cut(
+    lines: list[tuple[int, bytes]], cuts: list[int], limit: int
+) -> None:
+    body = b"".join(bytes([65 + n % 26]) * length + end for n, (length, end) in enumerate(lines))
+    chunks, start = [], 0
+    for size in cuts:
+        chunks.append(body[start : start + size])
+        start += size
+    chunks.append(body[start:])
+    guard = StreamGuard(limit_s=60, max_line_bytes=limit)
+    too_long = [(n, length) for n, (length, _) in enumerate(lines) if length > limit]
+    if not too_long:
+        assert b"".join(guard.watch(iter(chunks))) == body
+        return
+    with pytest.raises(MalformedStream, match="longer than max_stream_line_bytes") as cut:
+        for _ in guard.watch(iter(chunks)):
+            pass
+    n, length = too_long[0]  # the first line over the limit, its first bytes as evidence
+    assert cut.value.evidence.startswith(chr(65 + n % 26) * min(length, 30))

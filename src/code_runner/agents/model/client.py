@@ -32,7 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 import openai
+from openai._models import FinalRequestOptions
 
 from code_runner.agents.model.chunks import Accumulator
 from code_runner.agents.model.refusal import KEY_REFUSED, key_fix, key_refused, refusal_text
@@ -54,6 +56,7 @@ from code_runner.config import OpenAIBackend
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_CHUNKS = openai.Stream[object]  # each chunk as plain JSON
 _PROBE_BODY_BYTES = 4096  # of an error answer to the probe: enough for its message
 
 
@@ -73,12 +76,52 @@ class _Failure(Exception):
 
 
 class _GuardedOpenAI(openai.OpenAI):
-    """The SDK's client, with every stream's bytes read through the current `StreamGuard`."""
+    """The SDK's client, with every stream's bytes read through the current `StreamGuard`,
+    each request URL joined to the base URL once (the SDK re-parses both per call), and
+    the SDK's own User-Agent."""
 
     guard: StreamGuard | None = None
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._urls: dict[str, httpx2.URL] = {}
+
+    @property
+    def user_agent(self) -> str:
+        # the SDK names the client's class: the server sees the SDK, not this subclass
+        return f"OpenAI/Python {openai.__version__}"
+
     def _make_sse_decoder(self) -> Any:
         return self.guard.decoder() if self.guard is not None else super()._make_sse_decoder()
+
+    def _prepare_url(self, url: str) -> httpx2.URL:
+        # an httpx URL is immutable, and this client's base URL is never changed
+        prepared = self._urls.get(url)
+        if prepared is None:
+            prepared = self._urls[url] = super()._prepare_url(url)
+        return prepared
+
+
+def _request_template(sdk: openai.OpenAI, settings: OpenAIBackend) -> FinalRequestOptions:
+    """What `sdk.post("/chat/completions", ...)` would build for every call, built once:
+    the SDK fills each option left out from a deep copy of its default on every call, and
+    a call only changes the body and the timeout (`model_copy(update=...)`).
+
+    The SDK's own telemetry headers (`X-Stainless-*`: its version, the OS, the Python
+    runtime, its retry count, which is always 0 with its retries off, and its read timeout)
+    are left out: nine of the seventeen headers of a request, each one normalised and
+    validated again on every call by every layer below. A header the backend's `headers`
+    names is sent as configured."""
+    telemetry = [*sdk.default_headers, "X-Stainless-Retry-Count", "X-Stainless-Read-Timeout"]
+    configured = {name.lower() for name in settings.headers}
+    headers: dict[str, str | openai.Omit] = {
+        name: openai.omit
+        for name in telemetry
+        if name.lower().startswith("x-stainless-") and name.lower() not in configured
+    }
+    return FinalRequestOptions.construct(
+        method="post", url="/chat/completions", files=None, content=None, headers=headers
+    )
 
 
 class OpenAIChatClient:
@@ -105,6 +148,7 @@ class OpenAIChatClient:
             timeout=settings.request_timeout_s,
             default_headers=dict(settings.headers) or None,
         )
+        self._template = _request_template(self._sdk, settings)
 
     def body(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
@@ -186,18 +230,13 @@ class OpenAIChatClient:
         )
         self._sdk.guard = guard
         try:
-            # `post` is the SDK's documented way to send a body as is, and `object` asks for
-            # the chunks as plain JSON: `create` would walk every message through its
-            # TypedDict transform and build a model object per chunk, tens of ms per turn on
-            # a long history, to produce the very same JSON and read three fields of it.
-            stream = self._sdk.post(
-                "/chat/completions",
-                body=dict(body),
-                cast_to=object,
-                options={"timeout": limit},
-                stream=True,
-                stream_cls=openai.Stream[object],
-            )
+            # `request` is what the SDK's `post` calls to send a body as is, and `object`
+            # asks for the chunks as plain JSON: `create` would walk every message through
+            # its TypedDict transform and build a model object per chunk, tens of ms per
+            # turn on a long history, to produce the very same JSON and read three fields
+            # of it.
+            options = self._template.model_copy(update={"json_data": body, "timeout": limit})
+            stream = self._sdk.request(object, options, stream=True, stream_cls=_CHUNKS)
             with stream:
                 guard.response = stream.response
                 _check_content_type(stream.response, guard)

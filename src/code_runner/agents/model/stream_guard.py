@@ -147,6 +147,17 @@ class StreamGuard:
                 del stream.read
 
     def _measure(self, chunk: bytes) -> None:
+        if self._line + len(chunk) <= self.max_line_bytes:
+            # no line of this chunk can pass the limit: only where the last one ends counts
+            end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+            if end >= 0:
+                self._line = len(chunk) - end - 1
+                self._line_head[:] = chunk[end + 1 : end + 1 + EVIDENCE_BYTES]
+                return
+            self._line += len(chunk)
+            if len(self._line_head) < EVIDENCE_BYTES:
+                self._line_head += chunk[: EVIDENCE_BYTES - len(self._line_head)]
+            return
         start = 0
         for match in _LINE_END.finditer(chunk):
             if self._line + match.start() - start > self.max_line_bytes:
