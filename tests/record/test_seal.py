@@ -13,10 +13,11 @@ import pytest
 pytestmark = pytest.mark.integration
 
 SLOW_MAKER = """
-import os, time
+import os, pathlib, sys, time
 from code_runner.record import seal
 write = os.write
 def slow_write(fd, data):
+    pathlib.Path(sys.argv[1]).touch()  # the key file is made and still empty
     time.sleep(1.0)  # descheduled between making the key file and filling it
     return write(fd, data)
 os.write = slow_write
@@ -34,10 +35,17 @@ def test_a_run_starting_while_another_makes_the_key_never_reads_it_half_written(
     tmp_path: Path,
 ) -> None:
     env = {**os.environ, "CODE_RUNNER_STATE_DIR": str(tmp_path / "state")}
+    inside = tmp_path / "inside-the-write"
     slow = subprocess.Popen(
-        [sys.executable, "-c", SLOW_MAKER], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", SLOW_MAKER, str(inside)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    time.sleep(0.5)  # the slow one is inside its write
+    deadline = time.monotonic() + 60  # a busy machine may take long to start it
+    while not inside.exists() and slow.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert inside.exists(), slow.communicate()  # the slow one is inside its write now
     prompt = subprocess.run(
         [sys.executable, "-c", PROMPT_RUN], env=env, capture_output=True, text=True, check=False
     )

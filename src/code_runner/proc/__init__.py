@@ -26,7 +26,7 @@ from code_runner.proc.process import (
     spawn,
 )
 from code_runner.proc.run import Captured, Launcher, capture, run, shell_argv, stale_scratch
-from code_runner.proc.signals import signals_as_interrupt, signals_deferred
+from code_runner.proc.signals import signals_as_interrupt, signals_deferred, unhandled_signals
 from code_runner.proc.tracking import describe as describe_tracking
 from code_runner.proc.tracking import leftover_groups, members, remove_group
 from code_runner.proc.tree import (
@@ -78,4 +78,5 @@ __all__ = [
     "signals_deferred",
     "spawn",
     "stale_scratch",
+    "unhandled_signals",
 ]

@@ -36,6 +36,14 @@ def signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def unhandled_signals() -> tuple[signal.Signals, ...]:
+    """The interrupt signals no code-runner handler holds yet (default action or Python's
+    KeyboardInterrupt): those an outer `signals_as_interrupt` may take without hiding an
+    enclosing one's."""
+    defaults = (signal.SIG_DFL, signal.default_int_handler)
+    return tuple(s for s in INTERRUPT_SIGNALS if signal.getsignal(s) in defaults)
+
+
 @contextlib.contextmanager
 def signals_as_interrupt(
     make_error: Callable[[str], BaseException],

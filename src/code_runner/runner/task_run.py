@@ -256,19 +256,6 @@ class TaskRun:
         proc.become_subreaper()
         started_at = datetime.now(UTC)
         t0 = time.monotonic()
-        record.write_request(
-            {
-                "run_id": self.run_id,
-                "spec": spec_to_request(spec),
-                "base": self.pre.base,
-                "code_runner_version": __version__,
-                "pid": os.getpid(),
-                "requested_at": clock.iso(started_at),
-            }
-        )
-        record.emit(
-            EventKind.RUN_STARTED, task_id=spec.task_id, backend=spec.backend, base=self.pre.base
-        )
         # Both snapshots only read the source, so they overlap with work that only
         # touches the state dir: the clone at the start, the release at the end.
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
@@ -279,6 +266,19 @@ class TaskRun:
             ignore=lambda: self.stopping,
         ):
             try:
+                # inside the handler: a signal from the first record write on ends in a result
+                record.write_request(
+                    {
+                        "run_id": self.run_id,
+                        "spec": spec_to_request(spec),
+                        "base": self.pre.base,
+                        "code_runner_version": __version__,
+                        "pid": os.getpid(),
+                        "requested_at": clock.iso(started_at),
+                    }
+                )
+                started = {"task_id": spec.task_id, "backend": spec.backend, "base": self.pre.base}
+                record.emit(EventKind.RUN_STARTED, **started)
                 self._work(before_job.result)
             except Interrupted as exc:
                 stopped = record.paths.stop_request.exists()
@@ -468,26 +468,30 @@ def run_task(
 
     `item_mode` and `allowlist` run it as a plan item (see `RoundLoop.item_mode`)."""
     run_id = run_id or new_run_id(pre.spec.task_id)
-    # the run lease lets `gc` finish the record of a run killed at any point
-    run_leases.take(run_id, pre.spec.output_dir, pre.spec.task_id)
     record: RunRecord | None = None
-    try:
-        record = RunRecord.open(
-            pre.spec.output_dir, pre.spec.task_id, run_id, max_rounds=pre.spec.max_rounds
-        )
-        for listener in listeners or []:
-            record.subscribe(listener)
-        run = TaskRun(pre, record, run_id, item_mode=item_mode, allowlist=allowlist)
-        return run.execute()
-    except DiskFull as exc:
-        if record is not None and not record.finished:
-            record.give_up(exc.message)
-        raise
-    finally:
-        if record is None or record.finished:
-            run_leases.drop(run_id)
-        if record is not None:
-            record.close()
+    # From the lease on, SIGINT/SIGTERM is an `Interrupted` (exit 130), not a death by signal:
+    # `execute` makes one an interrupted result; one before it leaves a leased record (which
+    # `gc` finishes); one after is moot. An enclosing handler (a plan's) keeps its signals.
+    finished = lambda: record is not None and record.finished  # noqa: E731 - read when signalled
+    with signals_as_interrupt(Interrupted, signals=proc.unhandled_signals(), ignore=finished):
+        run_leases.take(run_id, pre.spec.output_dir, pre.spec.task_id)
+        try:
+            record = RunRecord.open(
+                pre.spec.output_dir, pre.spec.task_id, run_id, max_rounds=pre.spec.max_rounds
+            )
+            for listener in listeners or []:
+                record.subscribe(listener)
+            run = TaskRun(pre, record, run_id, item_mode=item_mode, allowlist=allowlist)
+            return run.execute()
+        except DiskFull as exc:
+            if record is not None and not record.finished:
+                record.give_up(exc.message)
+            raise
+        finally:
+            if record is None or record.finished:
+                run_leases.drop(run_id)
+            if record is not None:
+                record.close()
 
 
 __all__ = ["TaskRun", "run_task"]

@@ -107,14 +107,17 @@ def test_a_write_outside_the_owned_paths_is_reported_at_once_and_the_round_goes_
     assert cli_run.proc.returncode == 0, cli_run.output()
     found = _of(cli_run, "scope_expansion")
     assert [e["paths"] for e in found] == [["notes.txt"]]  # __pycache__ is ignored by git
-    assert found[0]["action"] == "warn" and found[0]["elapsed_s"] < 3.5  # long before the end
+    assert found[0]["action"] == "warn"
+    # reported at once: the agent still had most of its 4 s of work ahead (both times count
+    # from the round's start, so the agent's start-up, slow on a busy machine, is in each)
+    finished = _of(cli_run, "cli_finished")[-1]
+    assert found[0]["elapsed_s"] < finished["duration_s"] - 2.0, (found[0], finished)
     assert "scope expansion" in cli_run.output() and "notes.txt" in cli_run.output()
     result = cli_run.result()
     assert result["status"] == "passed"
     assert [d["path"] for d in result["dropped_changes"]] == ["notes.txt"]
     watched = run_cli("watch", str(cli_run.out), "--timeout", "5")
     assert "scope expansion" in watched.stdout and "notes.txt" in watched.stdout
-    finished = _of(cli_run, "cli_finished")[-1]
     assert finished["tree_watch"]["scans"] >= 2
 
 
@@ -122,7 +125,9 @@ def test_a_write_outside_the_owned_paths_is_reported_at_once_and_the_round_goes_
 def test_on_scope_stop_ends_the_round_at_the_first_write_outside(tmp_path: Path) -> None:
     cli_run = _scoped(tmp_path, "scope", "stop")
     finished = _of(cli_run, "cli_finished")[-1]
-    assert finished["ending"] == "scope_expansion" and finished["duration_s"] < 3.5
+    assert finished["ending"] == "scope_expansion" and finished["duration_s"] < 30
+    # cut at the first write: the agent never got to the fix it writes after 4 s of work
+    assert "calc.py" not in cli_run.patch()
     assert _of(cli_run, "scope_expansion")[0]["action"] == "stop"
     result = cli_run.result()
     assert result["status"] == "failed" and "on_scope: stop" in (result["error"] or "")

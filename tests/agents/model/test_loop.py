@@ -28,17 +28,22 @@ def test_the_run_timeout_cuts_a_long_command_and_ends_the_model_loop(
 ) -> None:
     server.add(
         Turn(tool_calls=[write("calc.py", FIXED_BOTH)]),
-        Turn(tool_calls=[call("run_command", command="sleep 30", timeout_s=600)]),
+        Turn(tool_calls=[call("run_command", command="sleep 300", timeout_s=600)]),
         Turn(tool_calls=[call("run_command", command="echo one more")]),
         Turn(content="done"),
     )
     # the DoD would pass after a long sleep; it fails at once on base
-    dod = "grep -q 'a [*] b' calc.py && sleep 30"
-    run = model_task(tmp_path, server, monkeypatch, command=dod, timeout_s=4)
+    dod = "grep -q 'a [*] b' calc.py && sleep 300"
+    # long enough for start-up and two model calls on a busy machine; the sleeps outlast it
+    timeout_s = 12
+    run = model_task(tmp_path, server, monkeypatch, command=dod, timeout_s=timeout_s)
     started = time.monotonic()
     assert run.run() == 124  # the documented timeout exit, as `exec` and timeout(1)
-    assert time.monotonic() - started < 4 + 4
+    # far from the sleeps' 300 s: the start-up before the run and the release after its
+    # timeout are all a busy machine can add
+    assert time.monotonic() - started < 120
     result = run.result()
+    assert result["duration_s"] < timeout_s + 30
     assert (result["status"], result["reason"]) == ("failed", "run_timeout")
     assert len(server.stream_requests()) == 2, "no model call after the deadline"
     stops = [e for e in run.transcript() if e["kind"] == "stop"]
