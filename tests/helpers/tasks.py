@@ -103,11 +103,22 @@ def fingerprint(repo: Path) -> dict[str, str]:
 
 def index_entries(repo: Path) -> str:
     """A hash of the index's entries without their stat cache (`ls-files --stage -v`); of its
-    raw bytes when git cannot read it."""
+    raw bytes when git cannot read it. The repo may be hostile (attack tests configure an
+    fsmonitor in it): git reads it with nothing that could run a program of the repo's."""
     where = ["--git-dir", str(repo / ".git"), "--work-tree", str(repo)]
+    safe = [
+        "-c",
+        "safe.directory=*",
+        "-c",
+        "core.fsmonitor=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+    ]
+    env = {"PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
     listed = subprocess.run(
-        ["git", "-c", "safe.directory=*", *where, "ls-files", "--stage", "-v", "-z"],
+        ["git", *safe, *where, "ls-files", "--stage", "-v", "-z"],
         capture_output=True,
+        env=env,
     )
     if listed.returncode != 0:
         return "raw:" + hashlib.sha256((repo / ".git/index").read_bytes()).hexdigest()
