@@ -63,7 +63,9 @@ def test_monitor_sigkilled_watchdog_holds_the_timeout_and_finishes_the_record(
     tmp_path: Path,
 ) -> None:
     run_dir = tmp_path / "run"
-    monitor = _start(tmp_path, run_dir, "4")
+    # a timeout long enough that `status` (two CLI starts) still sees the run live on a busy
+    # machine: at 4 s it had timed out before the first `status` answered
+    monitor = _start(tmp_path, run_dir, "15")
     job, helper = _pids(tmp_path)
     status = _status(run_dir)
     assert status["monitor_pid"] == monitor.pid and status["pid"] == job
@@ -81,13 +83,13 @@ def test_monitor_sigkilled_watchdog_holds_the_timeout_and_finishes_the_record(
         [PY, "-m", "code_runner", "status", "--json", str(run_dir)], capture_output=True
     )
     assert json.loads(as_json.stdout)["status"]["watchdog_pid"] == watchdog
-    assert wait_for(lambda: (run_dir / "result.json").exists(), 20)
+    assert wait_for(lambda: (run_dir / "result.json").exists(), 45)
     result = load_result(run_dir)
     assert result.state.value == "timeout" and result.exit_code == 124
     assert result.stop_reason is not None and "watchdog" in result.stop_reason
     assert result.kill is not None and result.kill.survivors == ()
     assert result.kill.signalled >= 2
-    assert result.duration_s >= 3.5
+    assert result.duration_s >= 14.5
     assert wait_for(lambda: dead(job) and dead(helper), 5)
     assert wait_for(lambda: dead(watchdog), 5)
     assert _status(run_dir)["finished"] is True
