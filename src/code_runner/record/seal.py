@@ -191,10 +191,12 @@ class Sealer:
     A change made with `queued=True` (a live run's event or status) is written by one thread
     of the sealer's own, in order, so the run goes on while the rename happens; a write still
     queued when a newer one is asked for is skipped (the newer one holds all it held). Any
-    other change waits for the queue and is written before the call returns. A durable change (the request, the patch, the result, a terminal status) first
-    waits for the queue, then writes and syncs the seal itself: when it returns, the seal on
-    disk covers every byte the writer wrote. A background write that failed (a full disk)
-    raises from the next call, as it would have from its own."""
+    other change (a finished record's, the request, the patch, the result, a terminal status)
+    waits for the queue, then is written, and synced when durable, before the call returns:
+    the seal on disk then covers every byte the writer wrote. A background write that failed
+    (a full disk) raises from the next call, as it would have from its own; a process killed
+    with writes queued leaves the seal behind its events, as a kill between an append and
+    its seal always could, and `gc` reseals the record as it finishes it."""
 
     def __init__(self, paths: RecordPaths, macs: Mapping[str, str] | None = None) -> None:
         self.paths = paths
