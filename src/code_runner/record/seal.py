@@ -7,7 +7,10 @@ keys an HMAC-SHA256 with a 0600 file in its state dir that only its user can rea
 stores the MAC of result.json, request.json, the patch, the transcript, status.json and
 events.jsonl in `{task_id}.seal.json` beside them, with one MAC over all of them, refreshed
 by `RunRecord` at every write (events.jsonl's MAC is fed line by line as events are
-appended, so sealing it never rereads the file).
+appended, so sealing it never rereads the file). The writer keeps its seal in a `Sealer`:
+the seal after an event or a status is written by a thread of its own, so a turn never waits
+on the rename; a durable file (the request, the patch, the result, the last status) waits for
+it and is sealed and synced before the write returns.
 A reader checks the files it relies on (`verify`); a missing seal, or a file whose bytes
 no longer match its MAC, is a `RecordError` (exit 5) that names the file.
 """
@@ -22,6 +25,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -155,25 +159,108 @@ def _top(key: bytes, task_id: str, macs: Mapping[str, str]) -> str:
     return _mac(key, task_id, "seal.json", listed)
 
 
-def write(paths: RecordPaths, macs: Mapping[str, str], *, durable: bool = True) -> None:
+def write(
+    paths: RecordPaths, macs: Mapping[str, str], *, durable: bool = True, key: bytes | None = None
+) -> None:
     """Write the seal holding `macs` (kept by the record's writer, never read back)."""
     data = {
         "seal_version": SEAL_VERSION,
         "macs": dict(sorted(macs.items())),
-        "mac": _top(_key(), paths.task_id, macs),
+        "mac": _top(_key() if key is None else key, paths.task_id, macs),
     }
     files.atomic_write_json(paths.seal, data, durable=durable)
 
 
-def refresh(paths: RecordPaths, macs: dict[str, str], names: Iterable[str]) -> None:
+def refresh(
+    paths: RecordPaths, macs: dict[str, str], names: Iterable[str], *, key: bytes | None = None
+) -> None:
     """Recompute into `macs` the MACs of `names` from their files (a missing one drops)."""
-    key = _key()
+    key = _key() if key is None else key
     for name in names:
         found = _file_mac(key, paths.task_id, name, paths.file(name))
         if found is None:
             macs.pop(name, None)
         else:
             macs[name] = found
+
+
+class Sealer:
+    """One record's seal as its writer keeps it: the MACs in memory (never read back), the
+    key read once, and `seal.json` rewritten after every change.
+
+    A change made with `queued=True` (a live run's event or status) is written by one thread
+    of the sealer's own, in order, so the run goes on while the rename happens; a write still
+    queued when a newer one is asked for is skipped (the newer one holds all it held). Any
+    other change (a finished record's, the request, the patch, the result, a terminal status)
+    waits for the queue, then is written, and synced when durable, before the call returns:
+    the seal on disk then covers every byte the writer wrote. A background write that failed
+    (a full disk) raises from the next call, as it would have from its own; a process killed
+    with writes queued leaves the seal behind its events, as a kill between an append and
+    its seal always could, and `gc` reseals the record as it finishes it."""
+
+    def __init__(self, paths: RecordPaths, macs: Mapping[str, str] | None = None) -> None:
+        self.paths = paths
+        self.key = _key()
+        self.macs = dict(macs or {})
+        self._pool: ThreadPoolExecutor | None = None
+        self._asked = 0  # the newest background write asked for
+        self._pending: Future[None] | None = None
+        self._failed: BaseException | None = None
+
+    def mac(self, name: str, data: bytes) -> str:
+        return _mac(self.key, self.paths.task_id, name, data)
+
+    def stream(self, name: str) -> hmac.HMAC:
+        """As `stream`, with the key already read."""
+        return hmac.new(self.key, _prefix(self.paths.task_id, name), hashlib.sha256)
+
+    def refresh(self, names: Iterable[str]) -> None:
+        """The MACs of `names` recomputed from their files (not written yet)."""
+        refresh(self.paths, self.macs, names, key=self.key)
+
+    def update(
+        self, name: str, file_mac: str, *, durable: bool = True, queued: bool = False
+    ) -> None:
+        """`name`'s MAC is now `file_mac`: the seal is rewritten (see the class)."""
+        self._raise_failure()
+        self.macs[name] = file_mac
+        if not queued or durable:
+            self.flush()
+            write(self.paths, self.macs, durable=durable, key=self.key)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seal")
+        self._asked += 1
+        self._pending = self._pool.submit(self._write_queued, self._asked, dict(self.macs))
+
+    def _write_queued(self, asked: int, macs: dict[str, str]) -> None:
+        if asked != self._asked:
+            return  # a newer seal is queued behind this one
+        try:
+            write(self.paths, macs, durable=False, key=self.key)
+        except BaseException as exc:  # raised in the writer's thread, by its next call
+            self._failed = exc
+
+    def flush(self) -> None:
+        """Wait until the seal on disk holds every change made so far."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+        self._raise_failure()
+
+    def close(self) -> None:
+        """Flush, and end the sealer's thread (a later change starts another)."""
+        try:
+            self.flush()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+    def _raise_failure(self) -> None:
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
 
 
 def seal(paths: RecordPaths, names: Iterable[str] = SEALED) -> None:
@@ -239,6 +326,7 @@ def verify_record_of(result_path: Path, names: Iterable[str] = SEALED) -> None:
 
 __all__ = [
     "SEALED",
+    "Sealer",
     "key_path",
     "load",
     "mac",

@@ -53,8 +53,8 @@ class RunRecord:
         self._started = time.monotonic()
         self.finished = False  # a terminal status is on disk
         self._lock_fd: int | None = None  # held by the run that writes this record
-        self._macs: dict[str, str] = {}  # the seal as this writer made it, never read back
-        self._events_mac = seal.stream(paths.task_id, "events.jsonl")
+        self._seal = seal.Sealer(paths)  # the seal as this writer made it, never read back
+        self._events_mac = self._seal.stream("events.jsonl")
 
     @classmethod
     def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
@@ -83,7 +83,16 @@ class RunRecord:
         return record
 
     def close(self) -> None:
-        """Let another run write a record for this task id here (the lock goes)."""
+        """Let another run write a record for this task id here (the lock goes), once the
+        seal on disk holds every change."""
+        try:
+            # a seal the disk refused leaves the record as a kill would: `gc` reseals it
+            with contextlib.suppress(CodeRunnerError):
+                self._seal.close()
+        finally:
+            self._close_lock()
+
+    def _close_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -115,7 +124,7 @@ class RunRecord:
                 f"the run record's {paths.status} is not a run status ({exc!r} is wrong).",
                 fix="pass the output_dir of a run; re-run the task if its record was damaged.",
             ) from None
-        record._macs = seal.load(paths) or {}
+        record._seal.macs = seal.load(paths) or {}
         with contextlib.suppress(FileNotFoundError):
             for chunk in files.read_chunks(paths.events):
                 record._events_mac.update(chunk)
@@ -168,7 +177,12 @@ class RunRecord:
             **data,
         }
         self._events_mac.update(files.append_jsonl(self.paths.events, event))
-        self._seal("events.jsonl", self._events_mac.copy().hexdigest(), durable=False)
+        self._seal.update(
+            "events.jsonl",
+            self._events_mac.copy().hexdigest(),
+            durable=False,
+            queued=not self.terminal,  # a live run's turn never waits on the seal's rename
+        )
         for listener in self._listeners:
             listener(kind, event)
 
@@ -193,15 +207,13 @@ class RunRecord:
         self.best_score = score
         self.write_status()
 
-    def _seal(self, name: str, mac: str, *, durable: bool = True) -> None:
-        self._macs[name] = mac
-        seal.write(self.paths, self._macs, durable=durable)
-
-    def _write_sealed(self, name: str, data: Any, *, durable: bool = True) -> None:
+    def _write_sealed(
+        self, name: str, data: Any, *, durable: bool = True, queued: bool = False
+    ) -> None:
         """A JSON file of the record, and its MAC from the very bytes written."""
         raw = files.dumps(data).encode("utf-8", "surrogateescape")
         files.atomic_write_bytes(self.paths.file(name), raw, durable=durable)
-        self._seal(name, seal.mac(self.paths.task_id, name, raw), durable=durable)
+        self._seal.update(name, self._seal.mac(name, raw), durable=durable, queued=queued)
 
     def set_usage(self, usage: dict[str, Any]) -> None:
         """The run's model usage and cost so far, shown by `status` and `watch`."""
@@ -226,6 +238,7 @@ class RunRecord:
                 **({"usage": self.usage} if self.usage is not None else {}),
             },
             durable=self.state in TERMINAL_STATES,  # rewritten often; the last one is synced
+            queued=True,  # a terminal status is durable, so never queued
         )
         if self.state in TERMINAL_STATES:
             self.finished = True
@@ -272,7 +285,7 @@ class RunRecord:
     def copy_patch(self, patch: Path, review: Path, *, title: str) -> tuple[str, int]:
         """The patch and its review page from files, streamed: (sha256, size) of the patch."""
         digest, size = hashlib.sha256(), 0
-        mac = seal.stream(self.paths.task_id, "patch")
+        mac = self._seal.stream("patch")
 
         def counted() -> Iterator[bytes]:
             nonlocal size
@@ -284,12 +297,12 @@ class RunRecord:
 
         files.atomic_write_chunks(self.paths.patch, counted())
         files.atomic_write_chunks(self.paths.hunk, hunk_chunks(self.paths.task_id, title, review))
-        self._seal("patch", mac.hexdigest())
+        self._seal.update("patch", mac.hexdigest())
         return digest.hexdigest(), size
 
     def write_result(self, result: RunResult) -> None:
         """result.json, sealed with the transcript as it stands (the run's last words)."""
-        seal.refresh(self.paths, self._macs, ["transcript.jsonl"])  # the agent's, as it stands
+        self._seal.refresh(["transcript.jsonl"])  # the agent's, as it stands
         self._write_sealed("result.json", result.to_json())
 
 
