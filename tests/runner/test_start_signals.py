@@ -74,10 +74,17 @@ def test_a_sigterm_as_the_run_starts_ends_it_as_interrupted(tmp_path: Path) -> N
 
 
 def test_a_handler_already_in_place_is_kept() -> None:
-    """Inside a plan, whose handler holds the signals, a run installs none of its own."""
-    assert signal.SIGTERM in proc.unhandled_signals()  # the default action: death
-    with proc.signals_as_interrupt(RuntimeError, signals=[signal.SIGTERM]):
-        assert signal.SIGTERM not in proc.unhandled_signals()
-        with proc.signals_as_interrupt(RuntimeError):
-            assert proc.unhandled_signals() == ()
-    assert signal.SIGTERM in proc.unhandled_signals()
+    """Inside a plan, whose handler holds the signals, a run installs none of its own; a
+    handler someone else left (a library's: Ray's driver installs one) is no reason to."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert signal.SIGTERM in proc.unhandled_signals()  # the default action: death
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+        assert signal.SIGTERM in proc.unhandled_signals()  # not code-runner's
+        with proc.signals_as_interrupt(RuntimeError, signals=[signal.SIGTERM]):
+            assert signal.SIGTERM not in proc.unhandled_signals()
+            with proc.signals_as_interrupt(RuntimeError):
+                assert proc.unhandled_signals() == ()
+        assert signal.SIGTERM in proc.unhandled_signals()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

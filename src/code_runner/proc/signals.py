@@ -36,12 +36,14 @@ def signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+_HANDLERS: set[Callable[[int, FrameType | None], None]] = set()  # those in place now
+
+
 def unhandled_signals() -> tuple[signal.Signals, ...]:
-    """The interrupt signals no code-runner handler holds yet (default action or Python's
-    KeyboardInterrupt): those an outer `signals_as_interrupt` may take without hiding an
-    enclosing one's."""
-    defaults = (signal.SIG_DFL, signal.default_int_handler)
-    return tuple(s for s in INTERRUPT_SIGNALS if signal.getsignal(s) in defaults)
+    """The interrupt signals no `signals_as_interrupt` of code-runner's holds yet: those an
+    outer one may take without hiding an enclosing one's. A handler someone else left (a
+    library's, or the default action) does not count: a run takes those signals."""
+    return tuple(s for s in INTERRUPT_SIGNALS if signal.getsignal(s) not in _HANDLERS)
 
 
 @contextlib.contextmanager
@@ -72,6 +74,7 @@ def signals_as_interrupt(
         yield
         return
     previous = {s: signal.getsignal(s) for s in signals}
+    _HANDLERS.add(handler)
     for sig in previous:
         signal.signal(sig, handler)
     try:
@@ -79,3 +82,4 @@ def signals_as_interrupt(
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        _HANDLERS.discard(handler)
