@@ -32,12 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
 import openai
-from openai._models import FinalRequestOptions
 
 from code_runner.agents.model.chunks import Accumulator
 from code_runner.agents.model.refusal import KEY_REFUSED, key_fix, key_refused, refusal_text
+from code_runner.agents.model.sdk import GuardedOpenAI, ParsedURLClient, request_template
 from code_runner.agents.model.stream_guard import (
     EVIDENCE_BYTES,
     MalformedStream,
@@ -75,55 +74,6 @@ class _Failure(Exception):
     evidence: str | None = None  # the offending bytes of a malformed stream, bounded
 
 
-class _GuardedOpenAI(openai.OpenAI):
-    """The SDK's client, with every stream's bytes read through the current `StreamGuard`,
-    each request URL joined to the base URL once (the SDK re-parses both per call), and
-    the SDK's own User-Agent."""
-
-    guard: StreamGuard | None = None
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._urls: dict[str, httpx2.URL] = {}
-
-    @property
-    def user_agent(self) -> str:
-        # the SDK names the client's class: the server sees the SDK, not this subclass
-        return f"OpenAI/Python {openai.__version__}"
-
-    def _make_sse_decoder(self) -> Any:
-        return self.guard.decoder() if self.guard is not None else super()._make_sse_decoder()
-
-    def _prepare_url(self, url: str) -> httpx2.URL:
-        # an httpx URL is immutable, and this client's base URL is never changed
-        prepared = self._urls.get(url)
-        if prepared is None:
-            prepared = self._urls[url] = super()._prepare_url(url)
-        return prepared
-
-
-def _request_template(sdk: openai.OpenAI, settings: OpenAIBackend) -> FinalRequestOptions:
-    """What `sdk.post("/chat/completions", ...)` would build for every call, built once:
-    the SDK fills each option left out from a deep copy of its default on every call, and
-    a call only changes the body and the timeout (`model_copy(update=...)`).
-
-    The SDK's own telemetry headers (`X-Stainless-*`: its version, the OS, the Python
-    runtime, its retry count, which is always 0 with its retries off, and its read timeout)
-    are left out: nine of the seventeen headers of a request, each one normalised and
-    validated again on every call by every layer below. A header the backend's `headers`
-    names is sent as configured."""
-    telemetry = [*sdk.default_headers, "X-Stainless-Retry-Count", "X-Stainless-Read-Timeout"]
-    configured = {name.lower() for name in settings.headers}
-    headers: dict[str, str | openai.Omit] = {
-        name: openai.omit
-        for name in telemetry
-        if name.lower().startswith("x-stainless-") and name.lower() not in configured
-    }
-    return FinalRequestOptions.construct(
-        method="post", url="/chat/completions", files=None, content=None, headers=headers
-    )
-
-
 class OpenAIChatClient:
     """A `ModelClient` for one OpenAI-compatible endpoint."""
 
@@ -141,14 +91,15 @@ class OpenAIChatClient:
         self.transcript = transcript
         self.sleep = sleep
         self.base_url = effective_base_url(settings)
-        self._sdk = _GuardedOpenAI(
+        self._sdk = GuardedOpenAI(
             api_key=api_key or "no-key",
             base_url=self.base_url,
             max_retries=0,
             timeout=settings.request_timeout_s,
             default_headers=dict(settings.headers) or None,
+            http_client=ParsedURLClient(timeout=settings.request_timeout_s),
         )
-        self._template = _request_template(self._sdk, settings)
+        self._template = request_template(self._sdk, settings)
 
     def body(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
