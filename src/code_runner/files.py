@@ -159,9 +159,13 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, dumps(data), durable=durable)
 
 
+# one encoder for every line: `json.dumps` with options builds a new one per call
+_JSONL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+
+
 def jsonl_line(data: Any) -> bytes:
     """`data` as one JSON line, valid UTF-8 (lone surrogates escaped, when there are any)."""
-    line = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    line = _JSONL.encode(data) + "\n"
     try:
         return line.encode("utf-8")  # the common case: no lone surrogate, nothing to scan for
     except UnicodeEncodeError:

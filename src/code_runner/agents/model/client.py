@@ -191,12 +191,11 @@ class OpenAIChatClient:
             with stream:
                 guard.response = stream.response
                 _check_content_type(stream.response, guard)
+                # the guard ends the stream once `limit` has passed, whatever arrives
                 for chunk in stream:
-                    now = time.monotonic()
-                    ttft = now - started if ttft is None else ttft
+                    if ttft is None:
+                        ttft = time.monotonic() - started
                     acc.add(chunk)
-                    if now - started > limit:
-                        raise self._too_long(now - started, deadline)
         except (openai.APITimeoutError, StreamTooLong):
             raise self._too_long(time.monotonic() - started, deadline) from None
         except ResponseTooLarge as exc:

@@ -2,8 +2,8 @@
 and what the SDK would redo identically on every call done once.
 
 - `GuardedOpenAI` is the SDK's `OpenAI` client whose streams decode SSE through the current
-  `StreamGuard`, whose request URL is joined to the base URL once, and whose User-Agent is
-  the SDK's own;
+  `StreamGuard`, whose request URL is joined to the base URL once, whose default headers
+  are built once and without the SDK's telemetry, and whose User-Agent is the SDK's own;
 - `ParsedURLClient` is the SDK's `DefaultHttpxClient` (its timeouts, limits and redirects)
   that parses each request URL once: the SDK hands httpx the URL as a string on every call,
   and httpx parses it again, the largest single cost of building a request;
@@ -48,14 +48,31 @@ class ParsedURLClient(openai.DefaultHttpxClient):
 
 class GuardedOpenAI(openai.OpenAI):
     """The SDK's client, with every stream's bytes read through the current `StreamGuard`,
-    each request URL joined to the base URL once (the SDK re-parses both per call), and
-    the SDK's own User-Agent."""
+    each request URL joined to the base URL once (the SDK re-parses both per call), the
+    SDK's own User-Agent, and its default headers built once, without its telemetry.
+
+    The SDK's telemetry headers (`X-Stainless-*`: its version, the OS, the Python runtime
+    and more) are nine of a request's seventeen headers, each one merged, normalised and
+    validated again on every call by every layer below; a server has no use for them. A
+    header the backend's `headers` names is sent as configured, whatever its name."""
 
     guard: StreamGuard | None = None
 
     def __init__(self, **options: Any) -> None:
+        self._headers: dict[str, str | openai.Omit] | None = None
         super().__init__(**options)
         self._urls: dict[str, httpx2.URL] = {}
+        configured = {name.lower() for name in self._custom_headers}
+        self._headers = {
+            name: value
+            for name, value in super().default_headers.items()
+            if not name.lower().startswith("x-stainless-") or name.lower() in configured
+        }
+
+    @property
+    def default_headers(self) -> dict[str, str | openai.Omit]:
+        # the key, organization and project of this client never change after it is made
+        return super().default_headers if self._headers is None else self._headers
 
     @property
     def user_agent(self) -> str:
@@ -78,11 +95,9 @@ def request_template(sdk: openai.OpenAI, settings: OpenAIBackend) -> FinalReques
     the SDK fills each option left out from a deep copy of its default on every call, and
     a call only changes the body and the timeout (`model_copy(update=...)`).
 
-    The SDK's own telemetry headers (`X-Stainless-*`: its version, the OS, the Python
-    runtime, its retry count, which is always 0 with its retries off, and its read timeout)
-    are left out: nine of the seventeen headers of a request, each one normalised and
-    validated again on every call by every layer below. A header the backend's `headers`
-    names is sent as configured."""
+    The telemetry headers the SDK adds per request (`X-Stainless-Retry-Count`, always 0
+    with its retries off, and `X-Stainless-Read-Timeout`), and any other `X-Stainless-*`
+    default the client still has, are left out unless the backend's `headers` names them."""
     telemetry = [*sdk.default_headers, "X-Stainless-Retry-Count", "X-Stainless-Read-Timeout"]
     configured = {name.lower() for name in settings.headers}
     headers: dict[str, str | openai.Omit] = {

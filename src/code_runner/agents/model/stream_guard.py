@@ -108,18 +108,20 @@ class StreamGuard:
         return GuardedDecoder(self)
 
     def watch(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        deadline = self.started + self.limit_s
+        head = self.head
         for chunk in chunks:
             self.received += len(chunk)
-            if len(self.head) < EVIDENCE_BYTES:
-                self.head += chunk[: EVIDENCE_BYTES - len(self.head)]
+            if len(head) < EVIDENCE_BYTES:
+                head += chunk[: EVIDENCE_BYTES - len(head)]
             if self.received > self.max_response_bytes:
                 raise ResponseTooLarge(
                     f"the answer is larger than max_response_bytes = "
                     f"{self.max_response_bytes} bytes; it was cut there",
-                    bytes(self.head),
+                    bytes(head),
                 )
             self._measure(chunk)
-            if time.monotonic() - self.started > self.limit_s:
+            if time.monotonic() > deadline:
                 raise StreamTooLong
             yield chunk
 
@@ -150,6 +152,10 @@ class StreamGuard:
         if self._line + len(chunk) <= self.max_line_bytes:
             # no line of this chunk can pass the limit: only where the last one ends counts
             end = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+            if end == len(chunk) - 1:  # the usual chunk: whole lines, one event or more
+                self._line = 0
+                self._line_head.clear()
+                return
             if end >= 0:
                 self._line = len(chunk) - end - 1
                 self._line_head[:] = chunk[end + 1 : end + 1 + EVIDENCE_BYTES]
