@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx2._urlparse
+import httpx2._urls
 import openai
 import pytest
 
@@ -78,3 +81,29 @@ def test_each_client_joins_its_own_base_url(server: ScriptedServer, tmp_path: Pa
     paths = [r.path for r in server.requests]
     assert paths == ["/v1/chat/completions", "/v2/chat/completions"]
     assert set(server.requests[0].headers) == SENT
+
+
+def test_a_client_parses_its_request_url_once(
+    server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK hands httpx each request's URL as text; parsing it is the largest single
+    cost of building a request, so a client parses it on its first call only."""
+    parsed: list[str] = []
+    parse = httpx2._urlparse.urlparse  # what httpx2.URL parses text with
+
+    def counted(url: str = "", **kwargs: Any) -> Any:
+        parsed.append(url)
+        return parse(url, **kwargs)
+
+    monkeypatch.setattr(httpx2._urls, "urlparse", counted)
+    calls = 4
+    server.add(*[Turn(content=f"answer {n}") for n in range(calls)])
+    client = _client(server.base_url, tmp_path)
+    first = client.complete(MESSAGES, [], deadline=None, tag={"turn": 0})
+    parsed_first = len(parsed)
+    for n in range(1, calls):
+        turn = client.complete(MESSAGES, [], deadline=None, tag={"turn": n})
+        assert turn.content == f"answer {n}"
+    assert first.content == "answer 0"
+    assert len(parsed) == parsed_first, parsed[parsed_first:]
+    assert [r.path for r in server.stream_requests()] == ["/v1/chat/completions"] * calls
