@@ -14,7 +14,7 @@ machine noise hits both alike, and prints the medians and their ratio:
   against the sandboxed command alone and the model call alone;
 - a cold `code-runner --help` against `python -c "import click, code_runner"`;
 - one model call over loopback (the client as a run uses it, SDK and all) against httpx
-  with a kept-alive connection doing the same request;
+  with a kept-alive connection doing the same request and decoding each chunk's JSON;
 - a whole task (clone, DoD on base, one scripted edit, audit, DoD on the patch, export)
   against the same git work by hand, at each `--sizes` file count on tmpfs;
 - the time to the first round (`workspace.create` and the sandbox opened) at each size,
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -251,9 +252,12 @@ def row_model_call(repeat: int, history: int = 0) -> None:
         http = httpx2.Client(base_url=server.base_url)
 
         def floor() -> None:
+            # what any client must do with the answer: read the whole body (the connection
+            # is kept) and decode each chunk's JSON, the only way to read its content
             with http.stream("POST", "/chat/completions", json=body) as response:
-                for _ in response.iter_lines():
-                    pass
+                for line in response.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        json.loads(line[6:])
 
         ours, floor_s = _pair(
             lambda: client.complete(messages, [], deadline=None, tag={"turn": 0}),

@@ -13,6 +13,7 @@ and what the SDK would redo identically on every call done once.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import httpx2
@@ -44,6 +45,12 @@ class ParsedURLClient(openai.DefaultHttpxClient):
                     self._urls[url] = parsed
             url = parsed
         return super().build_request(method, url, **options)
+
+    def __del__(self) -> None:
+        # as the SDK's own client does: a client dropped unclosed lets go of its connection
+        if not self.is_closed:
+            with contextlib.suppress(Exception):
+                self.close()
 
 
 class GuardedOpenAI(openai.OpenAI):
