@@ -5,6 +5,9 @@ killed before the leaf is kept), and the leaf and the run's group go when the ru
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -127,3 +130,29 @@ def test_only_the_most_recent_runs_keep_a_group(tmp_path: Path) -> None:
         for run_id, _, _ in made:
             proc.release_run_group(run_id)
     assert not any(group.exists() for _, _, group in made)
+
+
+def test_a_forked_childs_exit_leaves_the_runs_spare(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import os, sys
+        from code_runner import proc
+        from code_runner.proc import tracking
+        run_id = sys.argv[1]
+        env = {"PATH": os.environ["PATH"], proc.RUN_ID_ENV: run_id}
+        proc.run(["true"], cwd="/", env=env, timeout_s=30)
+        group = tracking.run_group(run_id)
+        if os.fork() == 0:
+            sys.exit(0)  # a normal exit: the child's exit handlers run
+        os.wait()
+        print("kept" if group.exists() else "removed")
+        """
+    )
+    run_id = f"leaves-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-c", script, run_id], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["kept"], "a forked child removed its parent's run leaf"
+    group = tracking.run_group(run_id)
+    assert group is not None and not group.exists(), "the runner's exit left the run's group"

@@ -190,6 +190,16 @@ _spares: OrderedDict[str, Path] = OrderedDict()  # run id -> an emptied leaf for
 _spares_lock = threading.Lock()
 
 
+def _forget_spares() -> None:
+    """In a forked child: the spares are the parent's (its exit must not remove them)."""
+    global _spares_lock
+    _spares.clear()
+    _spares_lock = threading.Lock()  # another thread may have held it across the fork
+
+
+os.register_at_fork(after_in_child=_forget_spares)
+
+
 def take_leaf(run_id: str, name: str) -> Path | None:
     """A leaf of the run's group for one command: the run's spare (checked empty when it
     was given back, and nobody else may join it) or a new one named `name`; None where no
