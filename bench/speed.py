@@ -5,8 +5,9 @@ machine noise hits both alike, and prints the medians and their ratio:
 
 - `proc.run` of `true` (no sandbox) against a bare fork/exec/wait of it, with a crowd of
   idle processes on the machine (`--crowd`), so a scan of every process would show; and
-  the same as a run's command runs (its environment names the run: it joins the run's
-  cgroup, whose leaf is emptied and removed when it ends);
+  the same as a run's command runs (its environment names the run: it joins a leaf of the
+  run's cgroup, emptied when it ends and kept for the run's next command; `run_leaf.py`
+  measures that join with the runner idle between commands, as in a run);
 - one sandboxed command (the model's `run_command` call of `true` through the Toolbox and
   the run's sandbox, as an agent's command runs) against the same argv (`bash -c true`)
   by a bare fork/exec/wait;
@@ -108,7 +109,7 @@ def row_proc_run(repeat: int, crowd: int) -> None:
     env = dict(os.environ)
     env.pop(proc.RUN_ID_ENV, None)
     # as a run's command (DoD, agent command with the sandbox off) runs: its environment
-    # names the run, so it joins a cgroup leaf of the run, emptied and removed at its end
+    # names the run, so it joins a cgroup leaf of the run, emptied at its end
     in_run = {**env, proc.RUN_ID_ENV: f"speed-{os.getpid()}"}
     tracked = proc.describe_tracking() if tracking.hierarchy() is not None else None
     with _crowd(crowd):

@@ -71,6 +71,8 @@ def test_a_run_commands_leftover_is_killed_with_its_leaf_and_no_sleep(
     assert result.exit_code == 0, result.stderr
     assert _gone(daemon), "the daemon outlived its command"
     assert result.killed_descendants >= 1
+    assert tracking.populated(group) is False, "the run's group kept a process"
+    proc.release_run_group(run_id)
     assert not group.exists(), "the command's cgroup leaf (and the run's group) was left"
     assert slept == [], f"the command's end slept {slept}"
 

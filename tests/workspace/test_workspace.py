@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 
-from code_runner import workspace
+from code_runner import proc, workspace
+from code_runner.proc import tracking
 from code_runner.repo import git as repo_git
 from code_runner.repo import snapshot
 from code_runner.task import paths
@@ -272,3 +274,20 @@ def test_leftover_of_dead_process_is_found(source: Path) -> None:
     (ws.root / "lease.json").write_text(__import__("json").dumps(lease))
     found = workspace.find_leftovers()
     assert [f.root for f in found] == [ws.root]
+
+
+@pytest.mark.skipif(tracking.hierarchy() is None, reason="no writable cgroup to track runs in")
+def test_releasing_a_workspace_removes_its_runs_cgroup(tmp_path: Path) -> None:
+    source = make_repo(tmp_path / "source", {"a.txt": "a\n"})
+    repo = repo_git.open_source(source)
+    run_id = f"ws-group-{uuid.uuid4().hex[:8]}"
+    ws = workspace.create(repo, repo.out("rev-parse", "HEAD"), run_id=run_id)
+    group = tracking.run_group(run_id)
+    assert group is not None
+    try:
+        done = proc.run(["true"], cwd=ws.work_tree, env=ws.env(), timeout_s=30)
+        assert done.exit_code == 0, done.stderr
+        assert group.is_dir(), "the run's command kept no leaf for the next one"
+    finally:
+        ws.release()
+    assert not group.exists(), "the run's cgroup outlived its workspace"

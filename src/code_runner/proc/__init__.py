@@ -5,7 +5,8 @@ a `ProcResult` (a timeout is exit code 124, as with timeout(1)); `spawn` hands b
 `Process` for callers that watch a command while it runs (`poll`, `wait`, `kill_tree`);
 `capture` keeps a short command's output in memory; `hand_terminal` lends the terminal to an
 interactive child. A run's children join a cgroup of the run (`tracking`), so `gc` finds
-what they left even after they cleared their environment. `signals_as_interrupt` and
+what they left even after they cleared their environment; `release_run_group` removes the
+run's group when the run ends. `signals_as_interrupt` and
 `signals_deferred` are the one way a command turns SIGINT/SIGTERM into cleanup.
 """
 
@@ -29,6 +30,7 @@ from code_runner.proc.run import Captured, Launcher, capture, run, shell_argv, s
 from code_runner.proc.signals import signals_as_interrupt, signals_deferred, unhandled_signals
 from code_runner.proc.tracking import describe as describe_tracking
 from code_runner.proc.tracking import leftover_groups, members, remove_group
+from code_runner.proc.tracking import release as release_run_group
 from code_runner.proc.tree import (
     DEFAULT_GRACE_S,
     RUN_ID_ENV,
@@ -70,6 +72,7 @@ __all__ = [
     "read_head_tail",
     "read_head_tail_fd",
     "real_dir",
+    "release_run_group",
     "remove_group",
     "run",
     "shell_argv",

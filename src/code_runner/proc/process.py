@@ -205,10 +205,12 @@ class Process:
             return max(others, tracked + kill_descendants(self.token, self.pid, grace_s))
 
     def _empty_group(self) -> int:
-        """Kill whatever is left in the command's cgroup leaf (escapees included); how many."""
-        if self.group is None:
+        """Kill whatever is left in the command's cgroup leaf (escapees included); how many.
+        The leaf is given back to the run (its next command's), so this is done once."""
+        group, self.group = self.group, None
+        if group is None:
             return 0
-        return len(tracking.empty(self.group))
+        return len(tracking.give_back(group))
 
     def wait(
         self,
@@ -344,24 +346,29 @@ def spawn(
     prefix, group = _run_prefix(env, token)
     flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
     args = tuple(argv)
-    with contextlib.ExitStack() as opened:
-        out_fd, err_fd = (
-            given if given is not None else _open_output(opened, path, flags)
-            for given, path in zip(open_fds, (stdout_path, stderr_path), strict=True)
-        )
-        started = time.monotonic()
-        popen = subprocess.Popen(
-            (*prefix, *args),
-            cwd=str(cwd),
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out_fd,
-            stderr=err_fd,
-            start_new_session=own_session,
-            process_group=None if own_session else 0,
-            close_fds=True,
-            pass_fds=tuple(pass_fds),
-        )
+    try:
+        with contextlib.ExitStack() as opened:
+            out_fd, err_fd = (
+                given if given is not None else _open_output(opened, path, flags)
+                for given, path in zip(open_fds, (stdout_path, stderr_path), strict=True)
+            )
+            started = time.monotonic()
+            popen = subprocess.Popen(
+                (*prefix, *args),
+                cwd=str(cwd),
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_fd,
+                stderr=err_fd,
+                start_new_session=own_session,
+                process_group=None if own_session else 0,
+                close_fds=True,
+                pass_fds=tuple(pass_fds),
+            )
+    except BaseException:
+        if group is not None:  # not started: the leaf goes back to the run, empty
+            tracking.give_back(group)
+        raise
     return Process(
         popen,
         token,
@@ -394,12 +401,14 @@ def _open_output(opened: contextlib.ExitStack, path: Path, flags: int) -> int:
 
 
 def _run_prefix(env: Mapping[str, str], leaf: str) -> tuple[list[str], Path | None]:
-    """For a run's child: the argv prefix that joins its cgroup leaf, and that leaf."""
+    """For a run's child: the argv prefix that joins its cgroup leaf (the run's spare, else
+    a new one named `leaf`), and that leaf."""
     run_id = env.get(RUN_ID_ENV)
     if not run_id:
         return [], None
     make_undumpable()
-    return tracking.join_argv(run_id, leaf)
+    here = tracking.take_leaf(run_id, leaf)
+    return ([], None) if here is None else (tracking.join_leaf_argv(here), here)
 
 
 def hand_terminal(
@@ -434,7 +443,7 @@ def hand_terminal(
         raise
     finally:
         if group is not None:
-            tracking.empty(group)
+            tracking.give_back(group)
         kill_tokened(token, grace_s=grace_s)
     return exit_code_of(returncode)
 

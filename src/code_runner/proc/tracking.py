@@ -9,6 +9,11 @@ member SIGKILLed) when the command ends; `gc` empties a dead run's whole group b
 On v2 an empty leaf costs one read of `cgroup.events`; a full one is killed whole with
 `cgroup.kill`, and its members' exits are awaited on pidfds, never by sleeping.
 
+A leaf found empty at a command's end is kept as its run's spare, and the run's next
+command joins it (`take_leaf`, `give_back`): a command makes and removes no cgroup. The
+spare and the run's group go when the run ends (`release`), when more runs keep one than
+`_KEEP_RUNS`, at the runner's exit, or by `gc` (an empty run group) after a SIGKILL.
+
 Which hierarchy: a cgroup v2 hierarchy with no controllers to share (a hybrid system's
 `unified`), else a v1 one the sandbox does not put its limits in (`freezer`, `name=systemd`,
 ...), else v2 or `pids`/`memory`, where the sandbox nests its own limit groups inside the
@@ -24,6 +29,7 @@ which mechanism is in force.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import math
@@ -31,7 +37,9 @@ import os
 import select
 import shlex
 import signal
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +49,7 @@ SHARED_LEAF = "shared"  # short plumbing (`capture`) that may leave a daemon on 
 _KILL_WAIT_S = 5.0
 _WATCH_MAX = 64  # pidfds held at once while a group is emptied
 _SLICE_S = 0.05  # the longest wait before the group is read again
+_KEEP_RUNS = 4  # runs whose spare leaf is kept at once: the most recently used ones
 # v1 hierarchies by preference: those the sandbox never puts its limits in come first.
 _V1_ORDER = ("freezer", "name=systemd", "devices", "blkio", "cpuacct", "cpu", "pids", "memory")
 
@@ -168,8 +177,87 @@ def join_argv(run_id: str, leaf: str) -> tuple[list[str], Path | None]:
         here.mkdir(exist_ok=True)
     except OSError:
         return [], None
-    move = f"echo $$ > {shlex.quote(str(here / 'cgroup.procs'))}"
-    return ["/bin/sh", "-c", move + ' && exec "$@"', "code-runner-track"], here
+    return join_leaf_argv(here), here
+
+
+def join_leaf_argv(leaf: Path) -> list[str]:
+    """`sh -c` that moves itself into `leaf`, then execs the rest of the argv."""
+    move = f"echo $$ > {shlex.quote(str(leaf / 'cgroup.procs'))}"
+    return ["/bin/sh", "-c", move + ' && exec "$@"', "code-runner-track"]
+
+
+_spares: OrderedDict[str, Path] = OrderedDict()  # run id -> an emptied leaf for its next command
+_spares_lock = threading.Lock()
+
+
+def _forget_spares() -> None:
+    """In a forked child: the spares are the parent's (its exit must not remove them)."""
+    global _spares_lock
+    _spares.clear()
+    _spares_lock = threading.Lock()  # another thread may have held it across the fork
+
+
+os.register_at_fork(after_in_child=_forget_spares)
+
+
+def take_leaf(run_id: str, name: str) -> Path | None:
+    """A leaf of the run's group for one command: the run's spare (checked empty when it
+    was given back, and nobody else may join it) or a new one named `name`; None where no
+    cgroup can be made. A spare that a `gc` elsewhere removed is made again."""
+    with _spares_lock:
+        spare = _spares.pop(run_id, None)
+    if spare is not None:
+        with contextlib.suppress(OSError):
+            spare.mkdir(exist_ok=True)  # one lookup; FileNotFoundError once the group is gone
+            return spare
+    group = run_group(run_id)
+    if group is None:
+        return None
+    here = group / name
+    try:
+        group.mkdir(exist_ok=True)
+        here.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return here
+
+
+def give_back(leaf: Path) -> tuple[int, ...]:
+    """End a command's leaf: SIGKILL whatever is left in it (as `empty`), then keep it as
+    its run's spare, or remove it (and the run's group, once it has no other leaf) where
+    the run has a spare already or the leaf could not be emptied. Returns the pids killed."""
+    killed, emptied = _emptied(leaf)
+    run_id = leaf.parent.name.removeprefix(PREFIX)
+    evicted: list[Path] = []
+    kept = False
+    if emptied and leaf.parent.name.startswith(PREFIX):
+        with _spares_lock:
+            if run_id not in _spares:
+                _spares[run_id] = leaf  # the most recently used run is last
+                kept = True
+                while len(_spares) > _KEEP_RUNS:
+                    evicted.append(_spares.popitem(last=False)[1])
+    for gone in evicted if kept else (leaf, *evicted):
+        _remove_leaf(gone)
+    return killed
+
+
+def release(run_id: str) -> None:
+    """The run has ended: remove its spare leaf, and its group once it has no other leaf."""
+    with _spares_lock:
+        spare = _spares.pop(run_id, None)
+    if spare is not None:
+        _remove_leaf(spare)
+
+
+@atexit.register
+def _release_all() -> None:
+    """At the runner's exit: every spare leaf, and the groups they kept."""
+    with _spares_lock:
+        spares = list(_spares.values())
+        _spares.clear()
+    for spare in spares:
+        _remove_leaf(spare)
 
 
 def members(group: Path) -> set[int]:
@@ -189,12 +277,17 @@ def populated(group: Path) -> bool | None:
     """Whether a process is left in `group` or under it (cgroup v2's `cgroup.events`: one
     read, whatever the tree); None where that file is missing (v1), False once it is gone."""
     try:
-        with open(group / "cgroup.events", "rb") as events:
-            return _populated_in(events.read())
+        fd = os.open(group / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False if not group.exists() else None
     except OSError:
         return None
+    try:
+        return _populated_in(os.read(fd, 4096))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _populated_in(events: bytes) -> bool | None:
@@ -211,22 +304,35 @@ def empty(group: Path, *, remove: bool = True) -> tuple[int, ...]:
 
     On cgroup v2, an empty group costs one read (`cgroup.events`), and a full one is
     killed whole by `cgroup.kill`; its members' exits are awaited on pidfds."""
+    killed, _ = _emptied(group)
+    if remove:
+        _remove_leaf(group)
+    return killed
+
+
+def _emptied(group: Path) -> tuple[tuple[int, ...], bool]:
+    """(the pids killed in `group`, whether it is empty now)."""
     killed: set[int] = set()
-    if populated(group) is not False:
-        killed = _kill_all_in(group)
+    emptied = populated(group) is False
+    if not emptied:
+        killed, emptied = _kill_all_in(group)
     for pid in killed:  # our children and our orphans (we are a subreaper) are reaped
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
-    if remove:
-        remove_group(group)
-        if group.parent.name.startswith(PREFIX):
-            with contextlib.suppress(OSError):
-                group.parent.rmdir()
-    return tuple(sorted(killed))
+    return tuple(sorted(killed)), emptied
 
 
-def _kill_all_in(group: Path) -> set[int]:
-    """SIGKILL everything in `group` and wait (up to `_KILL_WAIT_S`) until it is empty.
+def _remove_leaf(group: Path) -> None:
+    """Remove `group`, and its parent once that is a run's group with no other leaf."""
+    remove_group(group)
+    if group.parent.name.startswith(PREFIX):
+        with contextlib.suppress(OSError):
+            group.parent.rmdir()
+
+
+def _kill_all_in(group: Path) -> tuple[set[int], bool]:
+    """SIGKILL everything in `group` and wait (up to `_KILL_WAIT_S`) until it is empty;
+    (the pids killed, whether it is empty).
 
     Each member's exit is awaited on a pidfd (opened before the kill, while it is alive),
     not by sleeping; the group's `cgroup.events` notice is rate-limited by the kernel
@@ -244,7 +350,7 @@ def _kill_all_in(group: Path) -> set[int]:
             killed |= pids
             _wait_exits(fds, min(deadline, time.monotonic() + _SLICE_S))
         pids = _left(group)
-    return killed
+    return killed, not pids
 
 
 def _left(group: Path) -> set[int]:
@@ -328,6 +434,8 @@ def remove_cgroup_dir(group: Path, *, tries: int = 20, wait_s: float = 0.02) -> 
 
 def end_run(run_id: str) -> tuple[int, ...]:
     """Kill everything a run's group holds and remove the group (`gc`, and a run's end)."""
+    with _spares_lock:
+        _spares.pop(run_id, None)
     group = run_group(run_id)
     return () if group is None else empty(group)
 

@@ -488,6 +488,7 @@ def run_task(
                 record.give_up(exc.message)
             raise
         finally:
+            proc.release_run_group(run_id)  # the spare cgroup leaf of its commands, and the group
             if record is None or record.finished:
                 run_leases.drop(run_id)
             if record is not None:

@@ -33,7 +33,7 @@ from pathlib import Path
 import code_runner.workspace.checkouts as checkouts
 import code_runner.workspace.overlay as overlay
 import code_runner.workspace.trees as trees
-from code_runner import dirs, files
+from code_runner import dirs, files, proc
 from code_runner.files import force_rmtree
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
@@ -216,15 +216,17 @@ class Workspace:
         return max(0, self._usage() - self.created_bytes)
 
     def release(self) -> bool:
-        """Remove the workspace and its git dir. True when nothing is left; False when it
-        could not be removed (a file system mounted inside it): what is left carries its
-        lease, so `gc` or the plan's next start removes it."""
+        """Remove the workspace and its git dir, and the run's cgroup (`proc`) once no
+        command of the run is left in it. True when nothing is left; False when it could
+        not be removed (a file system mounted inside it): what is left carries its lease,
+        so `gc` or the plan's next start removes it."""
         try:
             with contextlib.suppress(OSError):
                 remove_root(self.root)
         finally:
             if self._checkout is not None:
                 self._checkout.release()
+            proc.release_run_group(self.run_id)  # its commands' spare cgroup leaf
         return not self.root.exists()
 
 
