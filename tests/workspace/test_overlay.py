@@ -168,9 +168,7 @@ def test_after_a_sandboxed_command_only_the_upper_layer_is_counted_again(
                 "head -c 3000000 /dev/zero > big.bin && mkdir d && "
                 "for i in $(seq 1 50); do head -c 8192 /dev/zero > d/$i; done"
             )
-            ran = session.run(
-                proc.shell_argv(script), cwd=ws.work_tree, env=ws.env(), timeout_s=60
-            )
+            ran = session.run(proc.shell_argv(script), cwd=ws.work_tree, env=ws.env(), timeout_s=60)
             assert ran.ok, ran.stderr
             counted = ws.written_bytes(tree_only=True)
             assert counted >= 3_000_000 + 50 * 8192
