@@ -9,8 +9,9 @@ events.jsonl in `{task_id}.seal.json` beside them, with one MAC over all of them
 by `RunRecord` at every write (events.jsonl's MAC is fed line by line as events are
 appended, so sealing it never rereads the file). The writer keeps its seal in a `Sealer`:
 the seal after an event or a status is written by a thread of its own, so a turn never waits
-on the rename; a durable file (the request, the patch, the result, the last status) waits for
-it and is sealed and synced before the write returns.
+on the rename (and a burst of events, a turn's, is one write); a durable file (the request,
+the patch, the result, the last status) waits for it and is sealed and synced before the
+write returns.
 A reader checks the files it relies on (`verify`); a missing seal, or a file whose bytes
 no longer match its MAC, is a `RecordError` (exit 5) that names the file.
 """
