@@ -5,7 +5,10 @@ against the way it was done before, measured in the same run (medians):
   (an overlay's upper layer: what changed) against a full count of the workspace (the git
   dir, HOME and TMPDIR as well), on a real overlay workspace after a sandboxed command;
 - the transcript's request line at turn N of a round: the messages added since the previous
-  request against the whole history, as bytes and as the time to write it.
+  request against the whole history, as bytes and as the time to write it;
+- a turn's four events on a live record (model turn, tool call, tool result, and the next
+  turn's), turns 5 ms apart: the CPU time of the process (the seal's thread included) with
+  the seal written once per burst against once per event (`LIVE_SEAL_DELAY_S = 0`).
 
 Needs a root runner for the overlay (else the workspace is a clone and the first row says
 so). Where the time of a whole turn goes, and how it compares with mini-swe-agent's, is
@@ -30,6 +33,8 @@ from bench_env import file_counts, positive_int
 
 from code_runner import proc, sandbox, workspace
 from code_runner.agents.model.transcript import Transcript
+from code_runner.events import EventKind
+from code_runner.record import RunRecord, RunState, seal
 from code_runner.repo import git
 
 OWNER = (2_000_000_911, 2_000_000_911)
@@ -106,6 +111,33 @@ def row_transcript(root: Path, turns: int, repeat: int) -> None:
     _row("  the time to write it", times["added"], times["whole"], "us")
 
 
+def row_events(root: Path, turns: int) -> None:
+    def run(delay: float, out: Path) -> float:
+        seal.LIVE_SEAL_DELAY_S = delay
+        record = RunRecord.open(out, "t", "run", max_rounds=1)
+        record.transition(RunState.PREPARING, step="prepare")
+        cpu = []
+        for n in range(turns):
+            started = time.process_time_ns()
+            for kind in (EventKind.MODEL_TURN, EventKind.TOOL_CALL, EventKind.TOOL_RESULT):
+                record.emit(kind, turn=n, name="run_command", args={"command": f"true {n}"})
+            time.sleep(0.005)  # the command and the next model call
+            cpu.append((time.process_time_ns() - started) / 1000)
+        record.close()
+        return statistics.median(cpu)
+
+    delay = seal.LIVE_SEAL_DELAY_S
+    ours, before = [], []
+    try:
+        for i in range(3):  # interleaved
+            ours.append(run(delay, root / f"burst{i}"))
+            before.append(run(0.0, root / f"each{i}"))
+    finally:
+        seal.LIVE_SEAL_DELAY_S = delay
+    what = "a turn's events: CPU, one seal write per burst vs per event"
+    _row(what, statistics.median(ours), statistics.median(before), "us")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=positive_int, default=200)
@@ -121,6 +153,7 @@ def main() -> int:
             row_disk_check(root / f"f{files}", files, args.repeat)
         for turns in args.turns:
             row_transcript(root, turns, args.repeat)
+        row_events(root, 60)
     after = os.getloadavg()
     print(f"load average: {load[0]:.2f} at the start, {after[0]:.2f} at the end (1 min)")
     return 0
