@@ -1,12 +1,15 @@
-"""A live run's seal is rewritten by the record's own thread after each event and status:
-a reader never finds it torn, it covers every event once the record is flushed or closed, a
-write the disk refused is raised by the run's next record call, and a finished record that
-is reopened (apply, reject) is sealed before each write returns."""
+"""A live run's seal is rewritten by the record's own thread soon after each event and
+status, one write for a burst of them: a reader never finds it torn, it covers every event
+once the record is flushed or closed, a write the disk refused is raised by the run's next
+record call, and a finished record that is reopened (apply, reject) is sealed before each
+write returns."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,32 @@ def test_a_reader_never_finds_a_live_seal_torn_and_the_closed_one_covers_every_e
     lines = record.paths.events.read_text().splitlines()
     assert len(lines) == 151 and json.loads(lines[-1])["args"]["command"] == "true 149"
     assert not [t for t in threading.enumerate() if t.name.startswith("seal")]
+
+
+def test_a_burst_of_events_is_sealed_by_one_write_soon_after_it(tmp_path: Path) -> None:
+    """A turn's events do not rewrite the seal one by one: the seal on disk is the same file
+    through a burst, and a moment later one write covers every event, with no flush."""
+    record = _live(tmp_path)
+    record._seal.flush()
+
+    def identity() -> tuple[int, int]:
+        st = os.stat(record.paths.seal)
+        return st.st_ino, st.st_mtime_ns
+
+    before = identity()
+    seen = []
+    started = time.monotonic()
+    for n in range(10):
+        record.emit(EventKind.TOOL_CALL, name="run_command", args={"command": f"true {n}"})
+        time.sleep(0.002)  # the writer's thread would have written the seal by now
+        seen.append(identity())
+    burst_s = time.monotonic() - started
+    if burst_s < seal.LIVE_SEAL_DELAY_S:  # a machine too loaded to make a burst proves nothing
+        assert set(seen) == {before}, "the seal was rewritten during the burst"
+    time.sleep(seal.LIVE_SEAL_DELAY_S * 6)
+    assert identity() != before
+    seal.verify(record.paths, LIVE)  # every event of the burst, without a flush
+    record.close()
 
 
 def test_an_event_edited_while_the_run_goes_on_is_refused(tmp_path: Path) -> None:

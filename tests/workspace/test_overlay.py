@@ -142,6 +142,49 @@ def test_an_overlay_workspace_sees_every_change_and_never_writes_the_cache(
     assert _fingerprint(entry / "tree") == cached
 
 
+def test_after_a_sandboxed_command_only_the_upper_layer_is_counted_again(
+    repo: git.Repo,
+) -> None:
+    """The disk budget's check after a sandboxed tool call counts again only the parts the
+    command could write (the overlay's upper layer and its scratch dir: what changed), and
+    finds what a full count finds; a part it could not write is taken as last counted."""
+    head = repo.out("rev-parse", "HEAD")
+    ws = workspace.create(repo, head, run_id="ovl-du", owner=OWNER)
+    try:
+        assert ws.kind == "overlay", ws.fallback
+        assert ws.tree_parts() == {"upper", "ovl-work"}
+        session = sandbox.open_session(
+            ws,
+            env=ws.env(),
+            network=False,
+            limits=sandbox.DEFAULT_LIMITS,
+            cpu_s=60,
+            name="overlay-du",
+            identity=sandbox.SandboxUser(*OWNER),
+        )
+        with session:
+            assert ws.written_bytes() < 1 << 20  # a full count once the session is open
+            script = (
+                "head -c 3000000 /dev/zero > big.bin && mkdir d && "
+                "for i in $(seq 1 50); do head -c 8192 /dev/zero > d/$i; done"
+            )
+            ran = session.run(proc.shell_argv(script), cwd=ws.work_tree, env=ws.env(), timeout_s=60)
+            assert ran.ok, ran.stderr
+            counted = ws.written_bytes(tree_only=True)
+            assert counted >= 3_000_000 + 50 * 8192
+            assert counted == ws.written_bytes(), "the tree's count differs from a full count"
+        # HOME is the runner's (a sandboxed command has a tmpfs of its own there): not
+        # counted again after a command, but by the next full count (every round, every DoD)
+        (ws.paths.home_dir / "cache.bin").write_bytes(b"\1" * 2_000_000)
+        assert ws.written_bytes(tree_only=True) == counted
+        assert ws.written_bytes() >= counted + 2_000_000
+        (ws.work_tree / "big.bin").unlink()
+        after = ws.written_bytes(tree_only=True)  # HOME's 2 MB as the full count found them
+        assert after == ws.written_bytes() and after < counted
+    finally:
+        assert ws.release()
+
+
 def test_the_cache_is_shared_verified_and_bounded(
     repo: git.Repo, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,8 +9,9 @@ events.jsonl in `{task_id}.seal.json` beside them, with one MAC over all of them
 by `RunRecord` at every write (events.jsonl's MAC is fed line by line as events are
 appended, so sealing it never rereads the file). The writer keeps its seal in a `Sealer`:
 the seal after an event or a status is written by a thread of its own, so a turn never waits
-on the rename; a durable file (the request, the patch, the result, the last status) waits for
-it and is sealed and synced before the write returns.
+on the rename (and a burst of events, a turn's, is one write); a durable file (the request,
+the patch, the result, the last status) waits for it and is sealed and synced before the
+write returns.
 A reader checks the files it relies on (`verify`); a missing seal, or a file whose bytes
 no longer match its MAC, is a `RecordError` (exit 5) that names the file.
 """
@@ -24,6 +25,7 @@ import hmac
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +38,9 @@ from code_runner.record.paths import RecordPaths
 KEY_NAME = "record.key"
 KEY_BYTES = 32
 SEAL_VERSION = 2  # 2: status and events sealed, and one MAC over all the MACs
+# A live run's seal is written at most this long after the change it covers: the changes of
+# a burst (a turn's events) become one write, so a turn does not rewrite the seal per event
+LIVE_SEAL_DELAY_S = 0.05
 SEALED = (
     "result.json",
     "request.json",
@@ -189,21 +194,24 @@ class Sealer:
     key read once, and `seal.json` rewritten after every change.
 
     A change made with `queued=True` (a live run's event or status) is written by one thread
-    of the sealer's own, in order, so the run goes on while the rename happens; a write still
-    queued when a newer one is asked for is skipped (the newer one holds all it held). Any
-    other change (a finished record's, the request, the patch, the result, a terminal status)
-    waits for the queue, then is written, and synced when durable, before the call returns:
-    the seal on disk then covers every byte the writer wrote. A background write that failed
-    (a full disk) raises from the next call, as it would have from its own; a process killed
-    with writes queued leaves the seal behind its events, as a kill between an append and
-    its seal always could, and `gc` reseals the record as it finishes it."""
+    of the sealer's own, at most `LIVE_SEAL_DELAY_S` after it, so the run goes on while the
+    rename happens: the changes made meanwhile (a turn's events) join the write already
+    waiting, one write for the burst. Any other change (a finished record's, the request,
+    the patch, the result, a terminal status) hurries the waiting write, waits for it, then
+    is written, and synced when durable, before the call returns: the seal on disk then
+    covers every byte the writer wrote. A background write that failed (a full disk) raises
+    from the next call, as it would have from its own; a process killed with a write waiting
+    leaves the seal behind its events, as a kill between an append and its seal always
+    could, and `gc` reseals the record as it finishes it."""
 
     def __init__(self, paths: RecordPaths, macs: Mapping[str, str] | None = None) -> None:
         self.paths = paths
         self.key = _key()
         self.macs = dict(macs or {})
         self._pool: ThreadPoolExecutor | None = None
-        self._asked = 0  # the newest background write asked for
+        self._lock = threading.Lock()  # `macs` and `_waiting`, between the run and the writer
+        self._waiting = False  # a background write is asked for and has not read `macs` yet
+        self._hurry = threading.Event()  # set while a caller waits for the background write
         self._pending: Future[None] | None = None
         self._failed: BaseException | None = None
 
@@ -223,19 +231,25 @@ class Sealer:
     ) -> None:
         """`name`'s MAC is now `file_mac`: the seal is rewritten (see the class)."""
         self._raise_failure()
-        self.macs[name] = file_mac
         if not queued or durable:
             self.flush()
+            self.macs[name] = file_mac
             write(self.paths, self.macs, durable=durable, key=self.key)
             return
+        with self._lock:
+            self.macs[name] = file_mac
+            if self._waiting:
+                return  # the write waiting will read this change too
+            self._waiting = True
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seal")
-        self._asked += 1
-        self._pending = self._pool.submit(self._write_queued, self._asked, dict(self.macs))
+        self._pending = self._pool.submit(self._write_queued)
 
-    def _write_queued(self, asked: int, macs: dict[str, str]) -> None:
-        if asked != self._asked:
-            return  # a newer seal is queued behind this one
+    def _write_queued(self) -> None:
+        self._hurry.wait(LIVE_SEAL_DELAY_S)
+        with self._lock:
+            self._waiting = False
+            macs = dict(self.macs)
         try:
             write(self.paths, macs, durable=False, key=self.key)
         except BaseException as exc:  # raised in the writer's thread, by its next call
@@ -245,7 +259,11 @@ class Sealer:
         """Wait until the seal on disk holds every change made so far."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            self._hurry.set()
+            try:
+                pending.result()
+            finally:
+                self._hurry.clear()
         self._raise_failure()
 
     def close(self) -> None:

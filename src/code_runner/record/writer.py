@@ -55,6 +55,7 @@ class RunRecord:
         self._lock_fd: int | None = None  # held by the run that writes this record
         self._seal = seal.Sealer(paths)  # the seal as this writer made it, never read back
         self._events_mac = self._seal.stream("events.jsonl")
+        self._events = files.JsonlLog(paths.events)  # opened at the first event, held open
 
     @classmethod
     def open(cls, output_dir: Path, task_id: str, run_id: str, *, max_rounds: int) -> RunRecord:
@@ -90,6 +91,7 @@ class RunRecord:
             with contextlib.suppress(CodeRunnerError):
                 self._seal.close()
         finally:
+            self._events.close()
             self._close_lock()
 
     def _close_lock(self) -> None:
@@ -176,7 +178,7 @@ class RunRecord:
             "round": self.round,
             **data,
         }
-        self._events_mac.update(files.append_jsonl(self.paths.events, event))
+        self._events_mac.update(self._events.append(event))
         self._seal.update(
             "events.jsonl",
             self._events_mac.copy().hexdigest(),

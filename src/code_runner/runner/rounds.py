@@ -180,8 +180,8 @@ class RoundLoop:
             wrap_argv=self.sandbox.wrap if self.sandbox else None,
             launch=self.sandbox.run if self.sandbox else None,
             deadline=self.deadline,
-            after_call=self._check_disk,
-            during_call=self._over_budget,
+            after_call=self._check_call_disk,
+            during_call=self._call_over_budget,
         )
         try:
             return self._rounds(toolbox)
@@ -428,13 +428,27 @@ class RoundLoop:
     def _over_budget(self) -> bool:
         """Asked while a command or the DoD runs: True kills it, and `_check_disk` after
         it ends the run, so one command cannot write far past `limits.disk_mb`."""
-        return self.ws.written_bytes() > self.spec.limits.disk_mb * 1024 * 1024
+        return self.ws.written_bytes() > self._budget_bytes
 
-    def _check_disk(self) -> None:
+    def _call_over_budget(self) -> bool:
+        """`_over_budget` for a tool's command: under the sandbox it can write only the work
+        tree, so only that is counted again (`Workspace.written_bytes(tree_only=True)`)."""
+        return self.ws.written_bytes(tree_only=self.sandbox is not None) > self._budget_bytes
+
+    def _check_call_disk(self) -> None:
+        """`_check_disk` after a tool call: under the sandbox the call could write only the
+        work tree (an overlay's upper layer holds just what changed), so only that is
+        counted again; the full count follows every round and every DoD."""
+        self._check_disk(tree_only=self.sandbox is not None)
+
+    @property
+    def _budget_bytes(self) -> int:
+        return self.spec.limits.disk_mb * 1024 * 1024
+
+    def _check_disk(self, *, tree_only: bool = False) -> None:
         """End the run if it has written more to its workspace than `limits.disk_mb`."""
-        budget = self.spec.limits.disk_mb * 1024 * 1024
-        written = self.ws.written_bytes()
-        if written > budget:
+        written = self.ws.written_bytes(tree_only=tree_only)
+        if written > self._budget_bytes:
             raise DiskBudgetExceeded(
                 f"the run wrote {written / 2**20:.1f} MiB to its workspace, more than its "
                 f"budget of limits.disk_mb = {self.spec.limits.disk_mb} MiB",

@@ -75,6 +75,7 @@ class Workspace:
         self._git_before = git_before
         self._checkout = checkout
         self.fallback = fallback  # why an overlay was not used ("" when it was, or not tried)
+        self._parts: dict[str, int] = {}  # bytes of each part of the root, as last counted
         self.created_bytes = self._usage()  # the checkout itself
         # the source's dependency dirs, as links for a command run without the sandbox
         self._links = dependency_links(paths.source_dir, paths.work_tree)
@@ -92,16 +93,31 @@ class Workspace:
             "workspace_fallback": self.fallback or None,
         }
 
-    def _usage(self) -> int:
-        """Bytes on disk: an overlay's are its upper layer's (the cache's files are shared)."""
-        if not self.paths.overlay:
-            return files.disk_usage(self.paths.root)
-        skip = {self.paths.work_tree.name, overlay.lower_mount(self.paths.root).name}
-        return sum(
-            files.disk_usage(child) if child.is_dir() and not child.is_symlink() else 0
-            for child in self.paths.root.iterdir()
-            if child.name not in skip
+    def _usage(self, only: frozenset[str] | None = None) -> int:
+        """Bytes on disk, counted part by part of the workspace root (the work tree, or an
+        overlay's layers, whose lower files are the cache's and shared; the git dir; HOME;
+        TMPDIR). `only`: count those parts again and take the others as last counted."""
+        skip = (
+            {self.paths.work_tree.name, overlay.lower_mount(self.paths.root).name}
+            if self.paths.overlay
+            else set()
         )
+        root = self.paths.root
+        if only is None or not self._parts:
+            names = [name for name in os.listdir(root) if name not in skip]
+            self._parts = {name: _part_usage(root / name) for name in names}
+        else:
+            self._parts |= {name: _part_usage(root / name) for name in only}
+        return sum(self._parts.values())
+
+    def tree_parts(self) -> frozenset[str]:
+        """The parts a command that sees only the work tree can write (a sandboxed one: its
+        HOME and TMPDIR are a tmpfs of its own, the git dir is read-only): an overlay's
+        upper layer and its scratch dir, which hold only what changed; else the checkout."""
+        if self.paths.overlay:
+            root = self.paths.root
+            return frozenset({overlay.upper_dir(root).name, overlay.work_dir(root).name})
+        return frozenset({self.paths.work_tree.name})
 
     # --- where things are ----------------------------------------------------------------
 
@@ -210,10 +226,14 @@ class Workspace:
         applies, detail = trees.patch_applies_on_base(self.paths, patch)
         return ExportedPatch(patch, review, applies, detail)
 
-    def written_bytes(self) -> int:
+    def written_bytes(self, *, tree_only: bool = False) -> int:
         """Bytes the run has added to the workspace since it was made (work tree, git dir,
-        HOME, TMPDIR): what `limits.disk_mb` bounds."""
-        return max(0, self._usage() - self.created_bytes)
+        HOME, TMPDIR): what `limits.disk_mb` bounds. `tree_only`: after a command that could
+        write nothing but the work tree (`tree_parts`), only that is counted again, and the
+        other parts are taken as the last full count found them: a cost of what changed in
+        an overlay, not of the whole workspace."""
+        only = self.tree_parts() if tree_only else None
+        return max(0, self._usage(only) - self.created_bytes)
 
     def release(self) -> bool:
         """Remove the workspace and its git dir, and the run's cgroup (`proc`) once no
@@ -228,6 +248,16 @@ class Workspace:
                 self._checkout.release()
             proc.release_run_group(self.run_id)  # its commands' spare cgroup leaf
         return not self.root.exists()
+
+
+def _part_usage(part: Path) -> int:
+    """Bytes one entry of the workspace root takes: a directory's files, or the entry's own."""
+    if part.is_dir() and not part.is_symlink():
+        return files.disk_usage(part)
+    try:
+        return part.lstat().st_blocks * 512
+    except OSError:
+        return 0
 
 
 def remove_root(root: Path) -> None:

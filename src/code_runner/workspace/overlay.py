@@ -39,6 +39,11 @@ def lower_mount(root: Path) -> Path:
     return root / "lower"
 
 
+def work_dir(root: Path) -> Path:
+    """overlayfs's own scratch dir, on the upper layer's file system."""
+    return root / "ovl-work"
+
+
 def unavailable(root_parent: Path) -> str | None:
     """Why a workspace under `root_parent` cannot be an overlay here, or None when it can."""
     if tuning.workspace_clone_only():
@@ -75,7 +80,7 @@ def mount(lower: Path, root: Path, *, owner: tuple[int, int] | None) -> Path:
 
     `owner`: show the lower's (root's) files as that uid and gid, and own the upper as it."""
     work_tree = root / "wt"
-    for part in (upper_dir(root), root / "ovl-work", work_tree):
+    for part in (upper_dir(root), work_dir(root), work_tree):
         part.mkdir(parents=True, exist_ok=True)
     if owner is not None:
         os.chown(upper_dir(root), *owner)
@@ -84,7 +89,7 @@ def mount(lower: Path, root: Path, *, owner: tuple[int, int] | None) -> Path:
         # the lower's files are root's: shown as the sandbox uid's, so nothing chowns them
         idmap.bind(lower, layer, SandboxUser(0, 0), SandboxUser(*owner), read_only=True)
         lower = layer
-    data = f"lowerdir={lower},upperdir={upper_dir(root)},workdir={root / 'ovl-work'},{_OPTIONS}"
+    data = f"lowerdir={lower},upperdir={upper_dir(root)},workdir={work_dir(root)},{_OPTIONS}"
     try:
         idmap.mount_overlay(work_tree, data)
     except OSError:

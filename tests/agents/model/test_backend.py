@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from code_runner.agents.model.prompts import NUDGE
+from code_runner.agents.model.transcript import request_bodies
 from code_runner.testing.chat_completions import ChatCompletions, Usage
 from code_runner.testing.scripted_server import Fail, Reply, ScriptedServer
 from tests.helpers.model_runs import (
@@ -42,6 +43,29 @@ def server() -> Iterator[ScriptedServer]:
 
 def bodies(server: ScriptedServer) -> list[dict[str, Any]]:
     return [r.body for r in server.stream_requests()]
+
+
+def test_the_transcript_writes_each_message_once_and_gives_every_request_back_whole(
+    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation re-sends its history every turn; the transcript writes each message
+    once (a request line holds what the turn added), and every request comes back whole."""
+    server.add(
+        *(Turn(tool_calls=[call("read_file", path="calc.py", start_line=n)]) for n in (1, 2, 3)),
+        Turn(tool_calls=[write("calc.py", FIXED_BOTH)]),
+        Turn(content="Fixed."),
+    )
+    run = model_task(tmp_path, server, monkeypatch)
+    assert run.run() == 0
+    sent = [b["messages"] for b in bodies(server)]
+    rebuilt = request_bodies(run.out / "fix-calc.transcript.jsonl")
+    assert [b["messages"] for b in rebuilt] == sent
+    assert [b["tools"] for b in rebuilt] == [b["tools"] for b in bodies(server)]
+    lines = [e["body"] for e in run.transcript() if e["kind"] == "request"]
+    assert "messages_from" not in lines[0] and lines[0]["messages"] == sent[0]
+    for before, line in zip(sent, lines[1:], strict=False):
+        assert line["messages_from"] == len(before)
+        assert [m["role"] for m in line["messages"]] == ["assistant", "tool"]
 
 
 def test_bug_fixed_over_two_rounds(

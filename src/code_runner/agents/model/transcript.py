@@ -3,7 +3,10 @@
 `{task_id}.transcript.jsonl` holds one JSON object per line, appended as it happens:
 
     session   backend, settings (names of key variables, never values), budget limits
-    request   round, turn, attempt, the full request body
+    request   round, turn, attempt, the request body; its `messages` are those added since
+              the previous request, which it extends (`messages_from`: how many came
+              before); a request that does not extend the previous one (a round's first)
+              has them all. `request_bodies` puts each whole body back together.
     response  round, turn, attempt, content, tool calls (raw argument text), finish
               reason, usage, chunks, duration_s, ttft_s
     error     round, turn, attempt, failure, status, message, retry_in_s (None: gave up),
@@ -28,7 +31,7 @@ from code_runner import files
 from code_runner.clock import utc_now
 from code_runner.errors import CodeRunnerError, RecordError
 
-TRANSCRIPT_VERSION = 1
+TRANSCRIPT_VERSION = 2  # 2: a request's messages are those added since the previous request
 
 
 class FailureKind(StrEnum):
@@ -179,13 +182,18 @@ class ModelClient(Protocol):
 
 class Transcript:
     """Appends one JSON line per exchange, each written as it happens through one open
-    descriptor; never rewrites (a crash, a kill included, leaves every line before)."""
+    descriptor; never rewrites (a crash, a kill included, leaves every line before).
+
+    A request line holds only the messages added since the previous request: the history a
+    conversation re-sends every turn is written once, so a turn's line costs what the turn
+    added, not what the round has said so far."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._log = files.JsonlLog(path)
         self._seq = 0
         self._started = time.monotonic()
+        self._sent: list[Any] = []  # the previous request's messages
 
     def close(self) -> None:
         """Let go of the file (also done when the transcript is dropped); a later
@@ -193,6 +201,8 @@ class Transcript:
         self._log.close()
 
     def write(self, kind: str, /, **data: Any) -> None:
+        if kind == "request":
+            data = self._added(data)
         self._seq += 1
         self._log.append(
             {
@@ -203,6 +213,46 @@ class Transcript:
                 "kind": kind,
             },
         )
+
+    def _added(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A request with only the messages added since the previous one it extends."""
+        body = data.get("body")
+        messages = body.get("messages") if isinstance(body, Mapping) else None
+        if not isinstance(body, Mapping) or not isinstance(messages, list):
+            return data
+        sent, self._sent = self._sent, list(messages)
+        if not sent or len(sent) > len(messages) or messages[: len(sent)] != sent:
+            return data
+        return {
+            **data,
+            "body": {**body, "messages": messages[len(sent) :], "messages_from": len(sent)},
+        }
+
+
+def request_bodies(path: Path) -> list[dict[str, Any]]:
+    """Every request of a transcript, whole: the bodies as they were sent, in order."""
+    bodies: list[dict[str, Any]] = []
+    sent: list[Any] = []
+    for entry in files.read_jsonl(path):
+        body = entry.get("body") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or entry.get("kind") != "request":
+            continue
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            raise RecordError(
+                f"{path}: request {entry.get('seq')} has no messages.",
+                fix="read a transcript written by code-runner, unmodified.",
+            )
+        whole = dict(body)
+        start = whole.pop("messages_from", 0)
+        if not isinstance(start, int) or not 0 <= start <= len(sent):
+            raise RecordError(
+                f"{path}: request {entry.get('seq')} extends {start!r} messages, but the "
+                f"request before it had {len(sent)}.",
+                fix="read a transcript written by code-runner, unmodified.",
+            )
+        whole["messages"] = sent = [*sent[:start], *body["messages"]]
+        bodies.append(whole)
+    return bodies
 
 
 @dataclass
@@ -268,4 +318,5 @@ __all__ = [
     "Transcript",
     "Usage",
     "read_recording",
+    "request_bodies",
 ]
