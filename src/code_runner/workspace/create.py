@@ -73,6 +73,7 @@ class Workspace:
         self.paths = paths
         self._tree: str | None = tree
         self._git_before = git_before
+        self._audited = ""  # the tree the last audit left, until the index is changed
         self._checkout = checkout
         self.fallback = fallback  # why an overlay was not used ("" when it was, or not tried)
         self.created_bytes = self._usage()  # the checkout itself
@@ -175,6 +176,7 @@ class Workspace:
         self._tree = None
         found = audit_changes(self.paths, allowlist, self._git_before)
         self._objects_written()
+        self._audited = found.tree
         return found
 
     def _objects_written(self) -> None:
@@ -184,18 +186,24 @@ class Workspace:
         )
 
     def keep(self) -> str:
-        """The work tree's state as a tree object (cheap to keep, cheap to restore)."""
+        """The work tree's state as a tree object (cheap to keep, cheap to restore): right
+        after an audit, the tree it wrote the work tree from (the index is still that)."""
+        if self._audited:
+            self._tree, self._audited = self._audited, ""
+            return self._tree
         self._tree = trees.current_tree(self.paths)
         self._objects_written()
         return self._tree
 
     def restore(self, tree: str) -> None:
         """Make the work tree and index exactly `tree` (a kept state)."""
+        self._audited = ""
         trees.restore_tree(self.paths, tree)
         self._tree = tree
 
     def materialize(self) -> str:
         """Write the index's tree out as the work tree with the base's attributes only."""
+        self._audited = ""
         self._tree = trees.materialize(self.paths)
         return self._tree
 
