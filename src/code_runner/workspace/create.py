@@ -11,8 +11,10 @@ not change, its command environment and scratch dirs. A round reads as verbs on 
 A root runner makes the work tree an overlay over the checkout cache's copy of the base
 (`overlay`, `checkouts`): a mount instead of a checkout, whatever the repo's size, with the
 cached index copied in (`core.checkStat=minimal`: the audit re-reads what the upper layer
-lists). Elsewhere, or when the mount fails, it is the clone and checkout below, and
-`Workspace.kind` says which one ran.
+lists), and a git dir that borrows the source's objects through alternates as the clone
+does, made without running git in the source (`git.borrow_objects`). Elsewhere, or when
+the mount fails, it is the clone and checkout below, and `Workspace.kind` says which one
+ran.
 
 A root runner whose commands run as a sandbox uid writes the tree as that uid (`owner`):
 an overlay shows the cached files as that uid's (an idmapped lower layer), a checkout runs
@@ -334,13 +336,16 @@ def _overlay_workspace(
 ) -> Workspace:
     """The work tree mounted over the cached checkout of `base`, with its index copied in.
 
-    The clone (git dir only) writes its `.git` pointer into the upper layer, where the
-    work tree shows it; HEAD is detached at `base` as a checkout leaves it."""
+    The git dir borrows the source's objects (as `clone --shared` does, with no git run in
+    the source) and writes its `.git` pointer into the upper layer, where the work tree
+    shows it; HEAD is detached at `base` as a checkout leaves it."""
     held = checkouts.acquire(source, base)
     try:
         upper = overlay.upper_dir(paths.root)
-        with source_lock(source.git_dir):
-            git.clone_shared(source, git_dir=paths.git_dir, work_tree=upper)
+        object_format = "sha256" if len(held.commit) == 64 else "sha1"
+        git.borrow_objects(
+            source, git_dir=paths.git_dir, work_tree=upper, object_format=object_format
+        )
         overlay.mount(held.files_dir, paths.root, owner=owner)
         shutil.copyfile(held.index, paths.git_dir / "index")
         # HEAD detached at base, as a checkout leaves it; an index trusting size and mtime
