@@ -229,3 +229,19 @@ def test_an_overlays_git_dir_borrows_the_source_objects_and_nothing_else(
         assert ws.export(ws.keep()).applies_on_base
     finally:
         assert ws.release()
+
+
+def test_an_index_flag_in_an_overlay_is_a_violation(repo: git.Repo) -> None:
+    """A flagged entry (here set from outside the sandbox, where the git dir is writable)
+    is a violation, and the allowed change is still judged."""
+    ws = workspace.create(repo, repo.out("rev-parse", "HEAD"), run_id="flag1", owner=OWNER)
+    try:
+        assert ws.kind == "overlay", ws.fallback
+        ws.repo.run("update-index", "--assume-unchanged", "a.txt")
+        (ws.work_tree / "pkg/b.py").write_text("b = 2\n")
+        found = ws.audit(Allowlist.parse(["pkg"]))
+        assert any("index flags" in v for v in found.violations), found.violations
+        assert [c.path for c in found.allowed] == ["pkg/b.py"]
+        assert ws.keep() == ws.repo.out("write-tree")
+    finally:
+        assert ws.release()

@@ -356,7 +356,9 @@ def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> A
     if to_revert:
         _revert(ws, to_revert)
     clean(ws)
-    tree = materialize(ws)  # the DoD judges exactly the staged tree, as base would check it out
+    # the DoD judges exactly the staged tree, as base would check it out; the flags were
+    # read above (`after`), and nothing since sets one
+    tree = materialize(ws, unflagged=not after.index_flags)
     return Audit(tuple(allowed), tuple(rejected), tuple(violations), tree=tree)
 
 
