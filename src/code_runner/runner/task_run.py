@@ -1,11 +1,8 @@
 """One task from spec to result: the lifecycle around the round loop.
 
-    preflight -> snapshot source -> workspace -> sandbox -> the rounds (`rounds.RoundLoop`)
-    -> export best patch -> [apply to source] -> release workspace (always) ->
-    snapshot source again -> result
-
-The first snapshot is taken in a thread while the workspace is made and the sandbox
-started; no command runs before it is done. The second reads again only what moved.
+    preflight -> snapshot source (in a thread, while the workspace is made and the sandbox
+    started; no command runs before it) -> the rounds (`rounds.RoundLoop`) -> export best
+    patch -> [apply to source] -> release workspace (always) -> snapshot source again -> result
 
 How the run ended is one `Ending`: the loop's, unless the export, the apply step, a signal,
 an error or a changed source overrides it. `result.json` is a `RunResult` built from it."""
