@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -98,3 +100,63 @@ def test_unborn_repo(tmp_path: Path) -> None:
     git(repo_dir, "init", "-q")
     snap = snapshot.take(repo_git.open_source(repo_dir))
     assert snap.head is None
+
+
+def _flip_in_place(path: Path) -> None:
+    """One bit of the first byte flipped, mode and times put back: same size, same mtime,
+    same inode. Only the ctime and the content tell."""
+    st = path.stat()
+    os.chmod(path, 0o600)
+    with path.open("r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 1]))
+    os.chmod(path, stat.S_IMODE(st.st_mode))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.fixture
+def settled(source: Path) -> Path:
+    """The source with every file's ctime older than the margin a later snapshot trusts."""
+    time.sleep(1.1)
+    return source
+
+
+def test_a_snapshot_since_another_reads_only_what_changed(settled: Path) -> None:
+    repo = repo_git.open_source(settled)
+    before = snapshot.take(repo)
+    oid = git(settled, "rev-parse", "HEAD:a.py").strip()
+    old = f"objects/{oid[:2]}/{oid[2:]}"
+    # a sentinel in place of the old object's fingerprint: only a reused one carries it
+    marked = dataclasses.replace(before, git_tree={**before.git_tree, old: "reused"})
+    git(settled, "tag", "v1")  # a new file in the git dir: read, it is not in `before`
+    after = snapshot.take(repo, since=marked)
+    assert after.git_tree[old] == "reused"
+    # recorded with another stat (another inode, size or time): read again
+    elsewhere = dataclasses.replace(marked, hashed_stats={**marked.hashed_stats, old: "x"})
+    assert snapshot.take(repo, since=elsewhere).git_tree[old] == before.git_tree[old]
+    assert after.git_tree["refs/tags/v1"] == snapshot.take(repo).git_tree["refs/tags/v1"]
+    diffs = snapshot.differences(before, snapshot.take(repo, since=before))
+    assert any("refs/tags/v1" in d for d in diffs), diffs
+
+
+def test_a_file_rewritten_with_its_size_and_mtime_kept_is_read_again(settled: Path) -> None:
+    repo = repo_git.open_source(settled)
+    before = snapshot.take(repo)
+    oid = git(settled, "rev-parse", "HEAD:a.py").strip()
+    old = f"objects/{oid[:2]}/{oid[2:]}"
+    _flip_in_place(settled / ".git" / old)
+    after = snapshot.take(repo, since=before)
+    assert after.git_tree[old] != before.git_tree[old]
+    assert snapshot.differences(before, after) == [f".git entries changed: {old}"]
+
+
+def test_a_file_stamped_near_the_earlier_snapshot_is_never_trusted(source: Path) -> None:
+    """Written within the margin before `since` was taken, a file is read again even with
+    its stat unchanged: a second write in the same clock tick would leave the same ctime."""
+    repo = repo_git.open_source(source)
+    (source / ".git/description").write_text("fresh\n")
+    before = snapshot.take(repo)
+    marked = dataclasses.replace(before, git_tree={**before.git_tree, "description": "reused"})
+    after = snapshot.take(repo, since=marked)
+    assert after.git_tree["description"] == before.git_tree["description"]

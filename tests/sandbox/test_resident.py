@@ -213,3 +213,16 @@ def test_an_executor_that_cannot_start_leaves_the_per_command_path(
         posture = session.posture()["executor"]
     assert posture["mode"] == "per-command"
     assert "ended before it was ready" in posture["why"], posture
+
+
+def test_a_sandbox_started_ahead_serves_the_first_command(tmp_path: Path) -> None:
+    """`start` runs no command: the executor waits, and the first command is its first."""
+    with _session(tmp_path) as ahead:
+        ahead.start({"PATH": "/usr/bin:/bin"})
+        executor = ahead.resident_pid
+        assert executor is not None and ahead.executor_posture()["started"] == 1
+        first = _run(ahead, "echo first")
+        assert first.stdout == "first\n" and first.killed_descendants == 0
+        assert ahead.resident_pid == executor
+        assert ahead.executor_posture()["started"] == 1  # no second sandbox for it
+    assert ahead.resident_pid is None

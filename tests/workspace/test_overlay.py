@@ -238,3 +238,53 @@ def test_a_dead_runs_overlay_is_taken_down_before_its_files_go(repo: git.Repo) -
     assert not ws.root.exists()
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(ws.root) not in mounts
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+def test_an_overlays_git_dir_borrows_the_source_objects_and_nothing_else(
+    tmp_path: Path, object_format: str
+) -> None:
+    """No git runs in the source to make it: the git dir reads the source's objects through
+    alternates and holds none of its refs, remotes or config; HEAD is base, detached."""
+    source = tmp_path / f"source-{object_format}"
+    source.mkdir()
+    run_git(source, "init", "-q", f"--object-format={object_format}")
+    for name, text in FILES.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    run_git(source, "add", "-A")
+    run_git(source, "commit", "-qm", "base")
+    run_git(source, "branch", "feature")
+    repo = git.open_source(source)
+    head = repo.out("rev-parse", "HEAD")
+    ws = workspace.create(repo, head, run_id=f"borrow-{object_format}", owner=OWNER)
+    try:
+        assert ws.kind == "overlay", ws.fallback
+        alternates = (ws.git_dir / "objects/info/alternates").read_text()
+        assert alternates == f"{source / '.git/objects'}\n"
+        assert ws.repo.out("for-each-ref") == ""  # neither the source's branches nor a remote
+        assert "remote" not in (ws.git_dir / "config").read_text()
+        assert ws.repo.out("rev-parse", "HEAD") == head
+        assert ws.repo.out("status", "--porcelain") == ""
+        (ws.work_tree / "a.txt").write_text("changed\n")
+        found = ws.audit(Allowlist.parse(["a.txt"]))
+        assert [c.path for c in found.allowed] == ["a.txt"]
+        assert ws.export(ws.keep()).applies_on_base
+    finally:
+        assert ws.release()
+
+
+def test_an_index_flag_in_an_overlay_is_a_violation(repo: git.Repo) -> None:
+    """A flagged entry (here set from outside the sandbox, where the git dir is writable)
+    is a violation, and the allowed change is still judged."""
+    ws = workspace.create(repo, repo.out("rev-parse", "HEAD"), run_id="flag1", owner=OWNER)
+    try:
+        assert ws.kind == "overlay", ws.fallback
+        ws.repo.run("update-index", "--assume-unchanged", "a.txt")
+        (ws.work_tree / "pkg/b.py").write_text("b = 2\n")
+        found = ws.audit(Allowlist.parse(["pkg"]))
+        assert any("index flags" in v for v in found.violations), found.violations
+        assert [c.path for c in found.allowed] == ["pkg/b.py"]
+        assert ws.keep() == ws.repo.out("write-tree")
+    finally:
+        assert ws.release()

@@ -291,3 +291,18 @@ def test_releasing_a_workspace_removes_its_runs_cgroup(tmp_path: Path) -> None:
     finally:
         ws.release()
     assert not group.exists(), "the run's cgroup outlived its workspace"
+
+
+def test_the_kept_state_is_the_tree_the_audit_wrote_out(source: Path) -> None:
+    """`keep` right after an audit is the tree the audit judged and wrote the work tree from:
+    the allowed change in, the refused one gone, and what the index says."""
+    ws = make_ws(source)
+    (ws.work_tree / "src/app.py").write_text("x = 2\n")
+    (ws.work_tree / "README.md").write_text("outside the allowlist\n")
+    audit = ws.audit(paths.Allowlist.parse(["src"]))
+    assert [c.path for c in audit.allowed] == ["src/app.py"]
+    assert ws.keep() == audit.tree == ws.paths.repo.out("write-tree")
+    base_readme = git(source, "rev-parse", "HEAD:README.md").strip()
+    repo = ws.paths.repo
+    assert repo.out("rev-parse", f"{audit.tree}:README.md") == base_readme
+    assert repo.out("cat-file", "-p", f"{audit.tree}:src/app.py") == "x = 2"

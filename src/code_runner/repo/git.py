@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from code_runner import proc
+from code_runner import files, proc
 from code_runner.errors import GitError, PreflightError
 
 GIT_TIMEOUT_S = 300.0
@@ -185,6 +185,44 @@ def clone_shared(source: Repo, *, git_dir: Path, work_tree: Path) -> Repo:
     return clone
 
 
+def borrow_objects(source: Repo, *, git_dir: Path, work_tree: Path, object_format: str) -> Repo:
+    """A new git dir at `git_dir` for `work_tree` that reads `source`'s objects through
+    alternates, as `clone --shared --no-checkout` makes one, without running anything in
+    the source: no refs, remote, config, hooks or filters of it, nothing pointing back.
+    HEAD is unborn: the caller sets it. `object_format` is the source's (sha1, sha256)."""
+    result = _run_bare(
+        [
+            "init",
+            "--quiet",
+            "--template=",
+            f"--object-format={object_format}",
+            f"--separate-git-dir={git_dir}",
+            "--",
+            str(work_tree),
+        ],
+        cwd=work_tree.parent,
+    )
+    if not result.ok:
+        raise GitError(["git", "init", str(work_tree)], result.exit_code, _text(result.stderr))
+    common = _common_dir(source.git_dir)
+    info = git_dir / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    files.atomic_write_text(info / "alternates", f"{common / 'objects'}\n", durable=False)
+    shallow = common / "shallow"
+    if shallow.is_file():  # the source's history ends there: so does the borrowed one
+        files.atomic_write_bytes(git_dir / "shallow", shallow.read_bytes(), durable=False)
+    return Repo(git_dir=git_dir, work_tree=work_tree)
+
+
+def _common_dir(git_dir: Path) -> Path:
+    """Where a repo keeps its objects: a linked worktree's git dir names its main one."""
+    try:
+        named = (git_dir / "commondir").read_text(encoding="utf-8").strip()
+    except OSError:
+        return git_dir
+    return (git_dir / named).resolve()
+
+
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
@@ -265,8 +303,8 @@ def read_refs(git_dir: Path) -> dict[str, str]:
             sha, _, name = line.partition(" ")
             refs[name] = sha
     root = git_dir / "refs"
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
             full = Path(dirpath) / name
             try:
                 value = full.read_text(errors="surrogateescape").strip()

@@ -18,6 +18,12 @@ The index is also recorded as what it says (each entry's mode, object, stage, pa
 flags), apart from its bytes: a refresh of its stat data (any `git status` or `git describe
 --dirty`, as pytest plugins run at start) rewrites the bytes and keeps the entries, and the
 apply step's DoD may do that.
+
+A snapshot taken `since` an earlier one reads again only the git-dir files whose stat
+changed: an entry with the same kind, mode, inode, size, mtime and ctime as then keeps the
+content hash it had, when its ctime was already well in the past at the earlier snapshot
+(any write since would have moved the ctime; one in the same clock tick as the earlier
+read is what the margin rules out, as git's "racy" check does for its index).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import dataclasses
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +44,9 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _HASH_LIMIT = 1024 * 1024  # content hashes for git-dir files (outside objects/) this small
 _MAX_DEPTH = 128
+# A hash is reused only for an entry whose ctime is this much older than the snapshot it
+# comes from: far more than the tick of the clock that stamps file times.
+_RACY_MARGIN_NS = 1_000_000_000
 _SHOWN = 20
 _KINDS = {
     stat.S_IFREG: "file",
@@ -64,6 +74,10 @@ class SourceSnapshot:
     ignored: dict[str, str] = field(default_factory=dict)  # path (a dir ends in /) -> print
     git_tree: dict[str, str] = field(default_factory=dict)  # git-dir entry -> fingerprint
     index_entries: str = ""  # sha256 of `ls-files --stage -v`: the entries, not stat data
+    # each hashed git-dir file's full stat key (times included), and when the walk began:
+    # what a later snapshot `since` this one needs to keep a hash without reading the file
+    hashed_stats: dict[str, str] = field(default_factory=dict)
+    taken_ns: int = 0
 
     @property
     def non_regular(self) -> list[str]:
@@ -163,7 +177,30 @@ def _walk(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, os.stat_r
             os.close(child)
 
 
-def _entries(root: Path, *, hashed: bool) -> dict[str, str]:
+@dataclass
+class _Hashed:
+    """The content hashes of a git-dir walk: each file's full stat key, and what an earlier
+    snapshot lets the walk keep (`since`, and the newest ctime it may trust)."""
+
+    stats: dict[str, str] = field(default_factory=dict)
+    since: SourceSnapshot | None = None
+    trusted_before_ns: int = 0
+    prefix: str = ""  # how the snapshot names this walk's entries (a linked worktree's own)
+
+    def known(self, rel: str, st: os.stat_result) -> str | None:
+        """The earlier snapshot's fingerprint of `rel`, when the file cannot have changed;
+        records its stat key either way."""
+        name = self.prefix + rel
+        full = self.stats[name] = stat_key(st)
+        since = self.since
+        if since is None or st.st_ctime_ns >= self.trusted_before_ns:
+            return None
+        if since.hashed_stats.get(name) != full:
+            return None
+        return since.git_tree.get(name)
+
+
+def _entries(root: Path, *, hashed: _Hashed | None = None) -> dict[str, str]:
     """A fingerprint of every entry under `root` (a missing root gives {}). With `hashed`
     (a git dir), regular files up to 1 MiB carry a content hash too, and objects no times."""
     try:
@@ -173,14 +210,18 @@ def _entries(root: Path, *, hashed: bool) -> dict[str, str]:
     found: dict[str, str] = {}
     try:
         for rel, st, parent in _walk(fd, "", 0):
-            key = stat_key(st, times=not (hashed and rel.startswith("objects/")))
+            key = stat_key(st, times=not (hashed is not None and rel.startswith("objects/")))
             name = rel.rsplit("/", 1)[-1]
             if stat.S_ISLNK(st.st_mode):
                 try:
                     key += ":" + os.readlink(name, dir_fd=parent)
                 except OSError:
                     key += ":?"
-            elif hashed and stat.S_ISREG(st.st_mode) and _cheap(rel, st):
+            elif hashed is not None and stat.S_ISREG(st.st_mode) and _cheap(rel, st):
+                known = hashed.known(rel, st)
+                if known is not None:
+                    found[rel] = known
+                    continue
                 data = read_regular(name, dir_fd=parent)
                 key += ":" + (hashlib.sha256(data).hexdigest() if data is not None else "?")
             found[rel] = key
@@ -195,7 +236,7 @@ def _cheap(rel: str, st: os.stat_result) -> bool:
 
 def _tree_print(root: Path) -> str:
     """One fingerprint for a whole directory: its entry count and a hash of every stat key."""
-    entries = _entries(root, hashed=False)
+    entries = _entries(root)
     digest = hashlib.sha256()
     for rel, key in entries.items():
         digest.update(f"{rel}\0{key}\n".encode("utf-8", "surrogateescape"))
@@ -213,10 +254,11 @@ def _common_dir(git_dir: Path) -> Path:
     return (git_dir / data.decode(errors="surrogateescape").strip()).resolve()
 
 
-def _git_tree(git_dir: Path, common: Path) -> dict[str, str]:
-    tree = _entries(common, hashed=True)
+def _git_tree(git_dir: Path, common: Path, hashed: _Hashed) -> dict[str, str]:
+    tree = _entries(common, hashed=hashed)
     if git_dir != common and common not in git_dir.parents:
-        tree.update({f"{git_dir}/{k}": v for k, v in _entries(git_dir, hashed=True).items()})
+        own = dataclasses.replace(hashed, prefix=f"{git_dir}/")  # the same `stats`
+        tree.update({f"{git_dir}/{k}": v for k, v in _entries(git_dir, hashed=own).items()})
     return tree
 
 
@@ -291,13 +333,18 @@ def _status(repo: git.Repo, work_tree: Path) -> _Status:
     return found
 
 
-def take(repo: git.Repo) -> SourceSnapshot:
-    """Fingerprint `repo` without changing a byte of it. Two git calls; the rest is reads."""
+def take(repo: git.Repo, *, since: SourceSnapshot | None = None) -> SourceSnapshot:
+    """Fingerprint `repo` without changing a byte of it. Two git calls; the rest is reads.
+    `since`, an earlier snapshot of the same repo, spares reading the git-dir files whose
+    stat says they are as they were then (see the module's note)."""
     assert repo.work_tree is not None
+    taken_ns = time.time_ns()
+    trusted = since.taken_ns - _RACY_MARGIN_NS if since is not None else 0
+    hashed = _Hashed(since=since, trusted_before_ns=trusted)
     common = _common_dir(repo.git_dir)
     head_bytes = read_regular(repo.git_dir / "HEAD") or b""
     found = _status(repo, repo.work_tree)
-    tree = _git_tree(repo.git_dir, common)
+    tree = _git_tree(repo.git_dir, common, hashed)
     git_files = {name: _digest(repo.git_dir / name) for name in ("HEAD", "index")}
     for name in _GIT_FILES:
         if name not in git_files:
@@ -314,6 +361,8 @@ def take(repo: git.Repo) -> SourceSnapshot:
         ignored=found.ignored,
         git_tree=tree,
         index_entries=_index_entries(repo),
+        hashed_stats=hashed.stats,
+        taken_ns=taken_ns,
     )
 
 

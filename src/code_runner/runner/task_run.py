@@ -1,8 +1,8 @@
 """One task from spec to result: the lifecycle around the round loop.
 
-    preflight -> snapshot source -> workspace -> the rounds (`rounds.RoundLoop`) ->
-    export best patch -> [apply to source] -> release workspace (always) ->
-    snapshot source again -> result
+    preflight -> snapshot source (in a thread, while the workspace is made and the sandbox
+    started; no command runs before it) -> the rounds (`rounds.RoundLoop`) -> export best
+    patch -> [apply to source] -> release workspace (always) -> snapshot source again -> result
 
 How the run ended is one `Ending`: the loop's, unless the export, the apply step, a signal,
 an error or a changed source overrides it. `result.json` is a `RunResult` built from it."""
@@ -78,7 +78,6 @@ class TaskRun:
         self.skills: tuple[Skill, ...] = ()  # the spec's named skills, read in `_work`
 
     def _rounds(self, ws: workspace.Workspace) -> Ending:
-        self._open_sandbox(ws)
         self.loop = RoundLoop(
             spec=self.spec,
             agent=self.pre.agent,
@@ -103,7 +102,8 @@ class TaskRun:
     # --- the OS sandbox -----------------------------------------------------------------
 
     def _open_sandbox(self, ws: workspace.Workspace) -> None:
-        """Start the sandbox session preflight decided on: hand over the tree, cgroups."""
+        """Start the sandbox session preflight decided on: hand over the tree, cgroups, and
+        its resident sandbox (which runs nothing until the first command)."""
         decision = self.pre.sandbox
         if decision is None or not decision.use:
             return
@@ -119,6 +119,7 @@ class TaskRun:
             identity=self.identity,
         )
         self.sandbox.open()
+        self.sandbox.start(ws.env())
 
     def _sandbox_posture(self) -> dict[str, Any]:
         """result.json's `sandbox`: bwrap or none, the mode, why, and what it enforced."""
@@ -333,7 +334,8 @@ class TaskRun:
         )
         record.emit(EventKind.WORKSPACE_CREATED, **self.ws.created_fields())
         self._write_run_info("running")
-        source_before()  # the agent must not act before the source is fingerprinted
+        self._open_sandbox(self.ws)  # its start overlaps with the source's fingerprint
+        source_before()  # no command may run before the source is fingerprinted
         self.ending = self._rounds(self.ws)
         self._export(self.ws)
         if spec.apply_to_source and self.ending.status is ResultStatus.PASSED:
@@ -351,7 +353,7 @@ class TaskRun:
         if record.state not in (RunState.RELEASING,):
             with contextlib.suppress(CodeRunnerError):
                 record.transition(RunState.RELEASING, step="release workspace")
-        after_job = pool.submit(snapshot.take, self.pre.source)
+        after_job = pool.submit(snapshot.take, self.pre.source, since=before)
         if self.sandbox is not None:
             self.sandbox.close()
         released = False

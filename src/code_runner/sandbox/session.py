@@ -234,6 +234,12 @@ class Session:
                 self.cgroup_error = f"could not create cgroups ({exc.strerror or exc})"
                 self._cgroups = None
 
+    def start(self, env: Mapping[str, str]) -> None:
+        """Start the resident sandbox now, not on the first command: the caller's own work
+        (fingerprinting the source) then overlaps with the sandbox's start. Commands are
+        what the sandbox runs; starting it runs none. Without a resident sandbox: nothing."""
+        self._resident_for(env)
+
     def close(self) -> None:
         if self._resident is not None:
             self._resident.close()

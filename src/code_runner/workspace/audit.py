@@ -84,6 +84,7 @@ class Audit:
     allowed: tuple[Change, ...]
     rejected: tuple[Rejection, ...]
     violations: tuple[str, ...]
+    tree: str = ""  # the tree the index and the work tree hold after the audit
 
     @property
     def changed_allowed(self) -> bool:
@@ -355,8 +356,10 @@ def audit(ws: WorkspacePaths, allowlist: paths.Allowlist, before: GitState) -> A
     if to_revert:
         _revert(ws, to_revert)
     clean(ws)
-    materialize(ws)  # the DoD judges exactly the staged tree, as the base would check it out
-    return Audit(tuple(allowed), tuple(rejected), tuple(violations))
+    # the DoD judges exactly the staged tree, as base would check it out; the flags were
+    # read above (`after`), and nothing since sets one
+    tree = materialize(ws, unflagged=not after.index_flags)
+    return Audit(tuple(allowed), tuple(rejected), tuple(violations), tree=tree)
 
 
 def _remove_dot_git_entries(ws: WorkspacePaths) -> list[tuple[str, str]]:

@@ -11,8 +11,10 @@ not change, its command environment and scratch dirs. A round reads as verbs on 
 A root runner makes the work tree an overlay over the checkout cache's copy of the base
 (`overlay`, `checkouts`): a mount instead of a checkout, whatever the repo's size, with the
 cached index copied in (`core.checkStat=minimal`: the audit re-reads what the upper layer
-lists). Elsewhere, or when the mount fails, it is the clone and checkout below, and
-`Workspace.kind` says which one ran.
+lists), and a git dir that borrows the source's objects through alternates as the clone
+does, made without running git in the source (`git.borrow_objects`). Elsewhere, or when
+the mount fails, it is the clone and checkout below, and `Workspace.kind` says which one
+ran.
 
 A root runner whose commands run as a sandbox uid writes the tree as that uid (`owner`):
 an overlay shows the cached files as that uid's (an idmapped lower layer), a checkout runs
@@ -73,6 +75,7 @@ class Workspace:
         self.paths = paths
         self._tree: str | None = tree
         self._git_before = git_before
+        self._audited = ""  # the tree the last audit left, until the index is changed
         self._checkout = checkout
         self.fallback = fallback  # why an overlay was not used ("" when it was, or not tried)
         self._parts: dict[str, int] = {}  # bytes of each part of the root, as last counted
@@ -191,6 +194,7 @@ class Workspace:
         self._tree = None
         found = audit_changes(self.paths, allowlist, self._git_before)
         self._objects_written()
+        self._audited = found.tree
         return found
 
     def _objects_written(self) -> None:
@@ -200,18 +204,24 @@ class Workspace:
         )
 
     def keep(self) -> str:
-        """The work tree's state as a tree object (cheap to keep, cheap to restore)."""
+        """The work tree's state as a tree object (cheap to keep, cheap to restore): right
+        after an audit, the tree it wrote the work tree from (the index is still that)."""
+        if self._audited:
+            self._tree, self._audited = self._audited, ""
+            return self._tree
         self._tree = trees.current_tree(self.paths)
         self._objects_written()
         return self._tree
 
     def restore(self, tree: str) -> None:
         """Make the work tree and index exactly `tree` (a kept state)."""
+        self._audited = ""
         trees.restore_tree(self.paths, tree)
         self._tree = tree
 
     def materialize(self) -> str:
         """Write the index's tree out as the work tree with the base's attributes only."""
+        self._audited = ""
         self._tree = trees.materialize(self.paths)
         return self._tree
 
@@ -358,13 +368,16 @@ def _overlay_workspace(
 ) -> Workspace:
     """The work tree mounted over the cached checkout of `base`, with its index copied in.
 
-    The clone (git dir only) writes its `.git` pointer into the upper layer, where the
-    work tree shows it; HEAD is detached at `base` as a checkout leaves it."""
+    The git dir borrows the source's objects (as `clone --shared` does, with no git run in
+    the source) and writes its `.git` pointer into the upper layer, where the work tree
+    shows it; HEAD is detached at `base` as a checkout leaves it."""
     held = checkouts.acquire(source, base)
     try:
         upper = overlay.upper_dir(paths.root)
-        with source_lock(source.git_dir):
-            git.clone_shared(source, git_dir=paths.git_dir, work_tree=upper)
+        object_format = "sha256" if len(held.commit) == 64 else "sha1"
+        git.borrow_objects(
+            source, git_dir=paths.git_dir, work_tree=upper, object_format=object_format
+        )
         overlay.mount(held.files_dir, paths.root, owner=owner)
         shutil.copyfile(held.index, paths.git_dir / "index")
         # HEAD detached at base, as a checkout leaves it; an index trusting size and mtime

@@ -42,7 +42,7 @@ def _attribute_entries(ws: WorkspacePaths, treeish: str) -> dict[bytes, bytes]:
     return found
 
 
-def materialize(ws: WorkspacePaths) -> str:
+def materialize(ws: WorkspacePaths, *, unflagged: bool = False) -> str:
     """Write the index's tree out as the work tree, converted with the BASE's attributes.
 
     What the DoD judges must be what `git clone BASE && git apply PATCH` gives: every file
@@ -53,9 +53,11 @@ def materialize(ws: WorkspacePaths) -> str:
 
     An overlay's lower layer is the base exactly as a checkout writes it, so only the paths
     its upper layer holds, and those the tree changes, are written afresh (`_rewrite`).
+    `unflagged`: the caller has just read the index and found no entry flagged, and has
+    changed it only through git commands that set no flag since (the audit).
     """
     if ws.overlay:
-        return _rewrite(ws)
+        return _rewrite(ws, unflagged=unflagged)
     tree = ws.repo.out("write-tree")
     ours = _attribute_entries(ws, tree)
     theirs = _attribute_entries(ws, ws.base)
@@ -102,7 +104,7 @@ def _diff_from_base(ws: WorkspacePaths, tree: str) -> dict[bytes, bytes]:
     return found
 
 
-def _rewrite(ws: WorkspacePaths) -> str:
+def _rewrite(ws: WorkspacePaths, *, unflagged: bool = False) -> str:
     """`materialize` for an overlay: the work tree is the base (lower layer) plus what the
     upper layer holds; each of those paths, and each the tree changes, is removed and
     written afresh from the tree through the base's attributes. O(changes), not O(files)."""
@@ -130,7 +132,7 @@ def _rewrite(ws: WorkspacePaths) -> str:
     finally:
         with contextlib.suppress(FileNotFoundError):
             index.unlink()
-    if _flagged(ws):
+    if not unflagged and _flagged(ws):
         ws.repo.run("read-tree", "--reset", tree)  # no index flag survives
     ours = [p for p in attributes if p in _present(ws, tree, list(attributes))]
     for path in attributes:  # the agent's allowed attributes files themselves
