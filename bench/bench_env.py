@@ -1,10 +1,14 @@
-"""What every bench's own git commands run with: no user or system config, a fixed author."""
+"""What every bench shares: the git environment of its own git commands (no user or system
+config, a fixed author), its argument types, and how it times a pair."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import statistics
+import time
+from collections.abc import Callable
 
 GIT_ENV = {
     "PATH": os.environ["PATH"],
@@ -40,3 +44,22 @@ def executable(text: str) -> str:
     if found is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not an executable program")
     return found
+
+
+def pair(
+    ours: Callable[[], object], floor: Callable[[], object], repeat: int, gap_s: float = 0.0
+) -> tuple[float, float]:
+    """Medians of `ours` and `floor`, interleaved (ours, floor, ours, ...) so machine noise
+    hits both alike, after one warm-up of each; each after `gap_s` idle (not timed)."""
+    ours()
+    floor()
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(repeat):
+        for fn, into in ((ours, a), (floor, b)):
+            if gap_s:
+                time.sleep(gap_s)
+            started = time.perf_counter()
+            fn()
+            into.append(time.perf_counter() - started)
+    return statistics.median(a), statistics.median(b)

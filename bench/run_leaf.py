@@ -19,35 +19,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
-from bench_env import positive_int
+from bench_env import pair, positive_int
 
 from code_runner import proc
 from code_runner.proc import tracking
-
-
-def _pair(
-    ours: Callable[[], object], floor: Callable[[], object], repeat: int, gap_s: float
-) -> tuple[float, float]:
-    """Medians of `ours` and `floor`, interleaved, each after `gap_s` idle (not timed)."""
-    ours()
-    floor()
-    a: list[float] = []
-    b: list[float] = []
-    for _ in range(repeat):
-        for fn, into in ((ours, a), (floor, b)):
-            time.sleep(gap_s)
-            started = time.perf_counter()
-            fn()
-            into.append(time.perf_counter() - started)
-    return statistics.median(a), statistics.median(b)
 
 
 def _row(what: str, ours: float, floor: float) -> None:
@@ -80,14 +60,14 @@ def main() -> int:
     try:
         for gap_ms in (0, args.gap_ms):
             gap = gap_ms / 1000
-            ours, floor = _pair(
+            ours, floor = pair(
                 lambda: proc.run(["true"], cwd="/", env=in_run, timeout_s=30),
                 lambda: proc.run(["true"], cwd="/", env=env, timeout_s=30),
                 args.repeat,
                 gap,
             )
             _row(f"proc.run of true in a run vs outside, {gap_ms} ms apart", ours, floor)
-            ours, floor = _pair(
+            ours, floor = pair(
                 lambda: subprocess.run(join, check=True),
                 lambda: subprocess.run(hop, check=True),
                 args.repeat,

@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx2
 import overhead  # bench/overhead.py: the task and its floor
-from bench_env import executable, file_counts, positive_int
+from bench_env import executable, file_counts, pair, positive_int
 from sandbox_overhead import _workspace
 
 from code_runner import proc, sandbox, workspace
@@ -64,20 +64,6 @@ from code_runner.tools import Toolbox
 
 ROWS: list[tuple[str, float, float, str]] = []  # what, ours (s), floor (s), target
 PROC_SAMPLES = 10  # pairs per repeat in the proc.run rows
-
-
-def _pair(ours: Callable[[], Any], floor: Callable[[], Any], repeat: int) -> tuple[float, float]:
-    """Medians of `ours` and `floor`, interleaved, after one warm-up of each."""
-    ours()
-    floor()
-    a: list[float] = []
-    b: list[float] = []
-    for _ in range(repeat):
-        for fn, into in ((ours, a), (floor, b)):
-            started = time.perf_counter()
-            fn()
-            into.append(time.perf_counter() - started)
-    return statistics.median(a), statistics.median(b)
 
 
 def _row(what: str, ours: float, floor: float, target: str) -> None:
@@ -127,7 +113,7 @@ def _session_cost(env: dict[str, str], repeat: int) -> None:
     """What the session of its own that `proc.run` gives a command costs by itself: a bare
     fork/exec with `setsid` against one without (where the kernel groups each session for
     the scheduler, `setsid` makes a new group, and the child waits for CPU in it)."""
-    alone, floor = _pair(
+    alone, floor = pair(
         lambda: subprocess.run(["true"], cwd="/", env=env, check=True, start_new_session=True),
         lambda: subprocess.run(["true"], cwd="/", env=env, check=True),
         repeat * PROC_SAMPLES,
@@ -152,7 +138,7 @@ def _proc_run_row(what: str, env: dict[str, str], repeat: int) -> None:
     # a call is a few ms and the machine is shared: a median of `repeat` pairs would be
     # noise, so the row takes `PROC_SAMPLES` times as many (a second or two)
     samples = repeat * PROC_SAMPLES
-    wall_ours, wall_floor = _pair(ours, floor, samples)
+    wall_ours, wall_floor = pair(ours, floor, samples)
     cpu = []
     for fn in (ours, floor):
         started = time.process_time()
@@ -202,12 +188,12 @@ def row_sandboxed(repeat: int) -> None:
             def bare() -> None:
                 subprocess.run(argv, cwd=ws.work_tree, env=env, check=True)
 
-            ours, floor = _pair(tool, bare, repeat)
-            part, floor_part = _pair(
+            ours, floor = pair(tool, bare, repeat)
+            part, floor_part = pair(
                 lambda: session.run(argv, cwd=ws.work_tree, env=env, timeout_s=30), bare, repeat
             )
             # the path without a resident sandbox: a sandbox started for each command
-            alone, floor_alone = _pair(
+            alone, floor_alone = pair(
                 lambda: proc.run(session.wrap(argv), cwd=ws.work_tree, env=env, timeout_s=30),
                 bare,
                 max(5, repeat // 2),
@@ -260,7 +246,7 @@ def row_model_call(repeat: int, history: int = 0) -> None:
                     if line.startswith("data: ") and line != "data: [DONE]":
                         json.loads(line[6:])
 
-        ours, floor_s = _pair(
+        ours, floor_s = pair(
             lambda: client.complete(messages, [], deadline=None, tag={"turn": 0}),
             floor,
             repeat,
@@ -353,7 +339,7 @@ def _turn(turns: int) -> float:
 
 def row_help(repeat: int, mini: str | None) -> None:
     py = sys.executable
-    ours, floor = _pair(
+    ours, floor = pair(
         lambda: subprocess.run(
             [py, "-m", "code_runner", "--help"], check=True, stdout=subprocess.DEVNULL
         ),
@@ -362,7 +348,7 @@ def row_help(repeat: int, mini: str | None) -> None:
     )
     _row("cold code-runner --help vs import click, code_runner", ours, floor, "<= 0.33x mini")
     if mini:
-        peer, _ = _pair(
+        peer, _ = pair(
             lambda: subprocess.run([mini, "--help"], check=True, stdout=subprocess.DEVNULL),
             lambda: None,
             max(3, repeat // 3),
@@ -377,7 +363,7 @@ def row_task(repeat: int, sizes: list[int], tmp: str | None) -> None:
         counter = iter(range(100_000))
         for files in sizes:
             repo = overhead.make_repo(root / f"r{files}", files)
-            ours, floor = _pair(
+            ours, floor = pair(
                 lambda: overhead.time_runner(root, repo, next(counter)),  # noqa: B023
                 lambda: overhead.time_floor(root, repo),  # noqa: B023
                 repeat,
@@ -440,14 +426,14 @@ def _create_rows(root: Path, repo: Path, files: int, repeat: int, where: str) ->
     started = time.perf_counter()
     create()  # the first one builds the checkout cache's entry
     first = time.perf_counter() - started
-    ours, floor = _pair(create, by_hand, repeat)
+    ours, floor = pair(create, by_hand, repeat)
     kind = "/".join(sorted(kinds))
     _row(f"workspace ({kind}) + sandbox open, {files} files", ours, floor, "< 0.5 s")
     print(f"{'':58} the first, building the cache: {first * 1000:.0f} ms; on {where}")
     os.environ["CODE_RUNNER_WORKSPACE"] = "clone"
     try:
         kinds.clear()
-        ours, floor = _pair(create, by_hand, repeat)
+        ours, floor = pair(create, by_hand, repeat)
     finally:
         os.environ.pop("CODE_RUNNER_WORKSPACE")
     _row(f"workspace ({'/'.join(sorted(kinds))}) + sandbox open, {files} files", ours, floor, "")

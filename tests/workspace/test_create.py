@@ -17,6 +17,7 @@ from code_runner import proc, sandbox, workspace
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
 from tests.helpers.git import make_repo
+from tests.helpers.sandboxes import owned_session
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +47,7 @@ def test_the_checkout_is_the_sandbox_uids_and_the_audit_sees_its_edits(tmp_path:
         assert {(s.st_uid, s.st_gid) for s in tree.values()} == {OWNER}
         assert {s.st_uid for s in _entries(ws.git_dir).values()} == {0}
         assert ws.git_dir.stat().st_uid == 0
-        session = sandbox.open_session(
-            ws,
-            env=ws.env(),
-            network=False,
-            limits=sandbox.DEFAULT_LIMITS,
-            cpu_s=60,
-            name="owned",
-            identity=sandbox.SandboxUser(*OWNER),
-        )
+        session = owned_session(ws, "owned", OWNER)
         with session:
             after = _entries(ws.work_tree, skip=".git")
             assert {k: v.st_ctime_ns for k, v in after.items()} == {

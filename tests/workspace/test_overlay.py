@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from code_runner import files, proc, sandbox, workspace
+from code_runner import files, proc, workspace
 from code_runner.repo import git
 from code_runner.task.paths import Allowlist
 from code_runner.workspace import checkouts, overlay
 from tests.helpers.git import git as run_git
 from tests.helpers.git import make_repo
+from tests.helpers.sandboxes import owned_session
 
 pytestmark = pytest.mark.integration
 
@@ -60,15 +61,7 @@ def repo(tmp_path: Path) -> git.Repo:
 
 
 def _sandboxed(ws: workspace.Workspace, script: str) -> None:
-    session = sandbox.open_session(
-        ws,
-        env=ws.env(),
-        network=False,
-        limits=sandbox.DEFAULT_LIMITS,
-        cpu_s=60,
-        name="overlay",
-        identity=sandbox.SandboxUser(*OWNER),
-    )
+    session = owned_session(ws, "overlay", OWNER)
     with session:
         assert session.hand_over() == 0, "the overlay's tree is the sandbox uid's already"
         ran = proc.run(
@@ -153,15 +146,7 @@ def test_after_a_sandboxed_command_only_the_upper_layer_is_counted_again(
     try:
         assert ws.kind == "overlay", ws.fallback
         assert ws.tree_parts() == {"upper", "ovl-work"}
-        session = sandbox.open_session(
-            ws,
-            env=ws.env(),
-            network=False,
-            limits=sandbox.DEFAULT_LIMITS,
-            cpu_s=60,
-            name="overlay-du",
-            identity=sandbox.SandboxUser(*OWNER),
-        )
+        session = owned_session(ws, "overlay-du", OWNER)
         with session:
             assert ws.written_bytes() < 1 << 20  # a full count once the session is open
             script = (
