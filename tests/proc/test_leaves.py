@@ -156,3 +156,26 @@ def test_a_forked_childs_exit_leaves_the_runs_spare(tmp_path: Path) -> None:
     assert done.stdout.split() == ["kept"], "a forked child removed its parent's run leaf"
     group = tracking.run_group(run_id)
     assert group is not None and not group.exists(), "the runner's exit left the run's group"
+
+
+def test_a_leaf_its_command_froze_is_not_given_to_the_next(tmp_path: Path) -> None:
+    """A command running as root outside a sandbox may write its own leaf's control files
+    (here `cgroup.freeze`): the next command of the run must not start in that leaf."""
+    proc.become_subreaper()
+    run_id, env, group = _run_env()
+    found = tracking.hierarchy()
+    assert found is not None
+    if found.version != 2:
+        pytest.skip("cgroup.freeze is cgroup v2's")
+    freeze = (
+        f'L={found.base}$(sed -n "s/^0:://p" /proc/self/cgroup); '
+        'mkdir "$L/sub"; echo 1 > "$L/cgroup.freeze"'
+    )
+    try:
+        first = proc.run(["sh", "-c", freeze], cwd=tmp_path, env=env, timeout_s=1)
+        assert first.timed_out  # it froze itself
+        second = proc.run(["echo", "hi"], cwd=tmp_path, env=env, timeout_s=10)
+        assert second.exit_code == 0 and second.stdout == "hi\n", second.describe()
+    finally:
+        proc.release_run_group(run_id)
+    assert not group.exists()

@@ -230,7 +230,7 @@ def give_back(leaf: Path) -> tuple[int, ...]:
     run_id = leaf.parent.name.removeprefix(PREFIX)
     evicted: list[Path] = []
     kept = False
-    if emptied and leaf.parent.name.startswith(PREFIX):
+    if emptied and leaf.parent.name.startswith(PREFIX) and _pristine(leaf):
         with _spares_lock:
             if run_id not in _spares:
                 _spares[run_id] = leaf  # the most recently used run is last
@@ -240,6 +240,38 @@ def give_back(leaf: Path) -> tuple[int, ...]:
     for gone in evicted if kept else (leaf, *evicted):
         _remove_leaf(gone)
     return killed
+
+
+def _pristine(leaf: Path) -> bool:
+    """Whether an emptied leaf is as `take_leaf` made it, so the next command may join it:
+    not frozen (v2 `cgroup.freeze`, v1 `freezer.state`), no group made under it, no
+    controller enabled for one, no controller of its own whose limits a command (root,
+    outside a sandbox) could have changed. Anything else: the leaf is removed, not kept."""
+    try:
+        if os.stat(leaf).st_nlink != 2:  # cgroupfs: 2 + the groups under it
+            return False
+    except OSError:
+        return False
+    for name, clean in (
+        ("cgroup.events", lambda text: b"frozen 1" not in text),
+        ("cgroup.subtree_control", lambda text: not text.strip()),
+        ("cgroup.controllers", lambda text: not text.strip()),
+        ("freezer.state", lambda text: text.strip() == b"THAWED"),
+    ):
+        try:
+            fd = os.open(leaf / name, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # not this hierarchy's file
+        except OSError:
+            return False
+        try:
+            if not clean(os.read(fd, 4096)):
+                return False
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def release(run_id: str) -> None:
