@@ -316,6 +316,14 @@ def _evidence(failure: _Failure) -> dict[str, str]:
 def _check_content_type(response: Any, guard: StreamGuard) -> None:
     """A streamed answer is text/event-stream; no header at all is tolerated. Otherwise
     the body's first bytes are read (bounded in size and time) as evidence."""
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    if coding not in ("", "identity"):
+        # asked for identity: a compressed body's bytes reach the guard only once they
+        # decode to something, so a trickle of empty blocks would pass every limit
+        raise MalformedStream(
+            f"the server answered with Content-Encoding {coding!r}, though asked for "
+            "identity: a compressed stream's time and size cannot be bounded as it arrives"
+        )
     value = response.headers.get("content-type")
     if value is None or value.split(";")[0].strip().lower() == "text/event-stream":
         return

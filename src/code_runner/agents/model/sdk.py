@@ -112,6 +112,8 @@ def request_template(sdk: openai.OpenAI, settings: OpenAIBackend) -> FinalReques
         for name in telemetry
         if name.lower().startswith("x-stainless-") and name.lower() not in configured
     }
+    if "accept-encoding" not in configured:
+        headers["Accept-Encoding"] = "identity"  # the guard bounds the bytes that arrive
     return FinalRequestOptions.construct(
         method="post", url="/chat/completions", files=None, content=None, headers=headers
     )
