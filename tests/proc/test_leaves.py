@@ -179,3 +179,30 @@ def test_a_leaf_its_command_froze_is_not_given_to_the_next(tmp_path: Path) -> No
     finally:
         proc.release_run_group(run_id)
     assert not group.exists()
+
+
+def test_gc_keeps_the_empty_group_of_a_live_run_and_removes_a_dead_ones(tmp_path: Path) -> None:
+    """Between its commands a live run's group holds only its emptied spare leaf: `gc` must
+    not take it (the run's next join would find no leaf), while an empty group whose run
+    is gone is still removed."""
+    from code_runner.runner import gc, leases
+
+    live_id, live_env, live_group = _run_env()
+    dead_id, dead_env, dead_group = _run_env()
+    leases.take(live_id, tmp_path / "out", "task")  # this process owns the live run
+    try:
+        for env in (live_env, dead_env):
+            assert proc.run(["true"], cwd=tmp_path, env=env, timeout_s=30).exit_code == 0
+        tracking.release(dead_id)  # as a run that ended without removing its group...
+        dead_group.mkdir(exist_ok=True)  # ...and left it behind, empty
+        assert live_group.is_dir() and not tracking.members(live_group)
+        removed = {r.run_id for r in gc.collect()}
+        assert live_id not in removed and live_group.is_dir(), "gc took a live run's group"
+        assert dead_id in removed and not dead_group.exists()
+        again = proc.run(["true"], cwd=tmp_path, env=live_env, timeout_s=30)
+        assert again.exit_code == 0, again.stderr
+    finally:
+        leases.drop(live_id)
+        tracking.release(live_id)
+        tracking.release(dead_id)
+    assert not live_group.exists()

@@ -83,7 +83,8 @@ def _collect_orphan_groups(*, dry_run: bool, done: set[str]) -> list[Removed]:
     """Remove run cgroups (`proc.tracking`) left empty: a run that ended with a shared leaf.
 
     Only empty ones: the hierarchy is the machine's, and a group with processes may belong
-    to a live run of another state dir; a dead run of ours was emptied above, by its id."""
+    to a live run of another state dir; a dead run of ours was emptied above, by its id.
+    A live run of ours keeps its group, empty between its commands (its spare leaf)."""
     removed = [
         Removed(str(view), "", "an id-mapped view of a source a dead runner left", None)
         for view in detach_views(dry_run=dry_run)  # detached, never removed recursively
@@ -92,14 +93,24 @@ def _collect_orphan_groups(*, dry_run: bool, done: set[str]) -> list[Removed]:
         if not dry_run:
             files.force_rmtree(scratch)
         removed.append(Removed(str(scratch), "", "scratch of a dead runner", None))
+    live = _live_runs()  # a live run keeps an empty leaf between its commands
     for run_id, group in leftover_groups():
-        if run_id in done or members(group):
+        if run_id in done or run_id in live or members(group):
             continue
         if not dry_run:
             remove_group(group)
         if dry_run or not group.exists():
             removed.append(Removed(str(group), run_id, "an empty run cgroup", None))
     return removed
+
+
+def _live_runs() -> set[str]:
+    """The ids of the runs of this state dir whose owner is alive."""
+    return {
+        str(lease.get("run_id") or path.stem)
+        for path, lease in run_leases.registered()
+        if lease and workspace.lease_is_live(lease)
+    }
 
 
 def _collect_dead_runs(*, dry_run: bool, done: set[str]) -> list[Removed]:
