@@ -244,7 +244,8 @@ def request_bodies(path: Path) -> list[dict[str, Any]]:
             )
         whole = dict(body)
         start = whole.pop("messages_from", 0)
-        if not isinstance(start, int) or not 0 <= start <= len(sent):
+        # a JSON true/false is a Python bool, an int subclass: never a count of messages
+        if type(start) is not int or not 0 <= start <= len(sent):
             raise RecordError(
                 f"{path}: request {entry.get('seq')} extends {start!r} messages, but the "
                 f"request before it had {len(sent)}.",
