@@ -33,9 +33,11 @@ import hashlib
 import os
 import stat
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import code_runner.repo.git as git
 
@@ -199,6 +201,73 @@ class _Hashed:
             return None
         return since.git_tree.get(name)
 
+    def moved(self, rel: str, st: os.stat_result) -> bool:
+        """Whether a large file under objects/ (no content hash, no times in its key) has a
+        stat other than the earlier snapshot's: written in place, or only freshened by git
+        (a utime); records its stat key either way."""
+        name = self.prefix + rel
+        full = self.stats[name] = stat_key(st)
+        if self.since is None:
+            return False
+        earlier = self.since.hashed_stats.get(name)
+        return earlier is not None and earlier != full
+
+
+# files under objects/ that end with a hash of all the bytes before it (git's trailer)
+_TRAILED = (".pack", ".idx", ".rev", ".bitmap", ".mtimes", "multi-pack-index", "commit-graph")
+_CHUNK = 1024 * 1024
+
+
+def _self_consistent(name: str, dir_fd: int) -> bool:
+    """Whether a large object file still checks against its own trailing hash (sha1 or
+    sha256): git freshening a pack leaves it so; a write into its bytes does not. A file
+    with no trailer to check (a large loose object) is checked as zlib data of its name."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            if name.endswith(_TRAILED):
+                return _trailer_holds(f)
+            return _loose_holds(f, name)
+    except (OSError, ValueError, zlib.error):
+        return False
+    finally:
+        os.close(fd)
+
+
+def _trailer_holds(f: BinaryIO) -> bool:
+    size = os.fstat(f.fileno()).st_size
+    for algorithm, width in (("sha1", 20), ("sha256", 32)):
+        if size < width:
+            continue
+        digest, left = hashlib.new(algorithm), size - width
+        f.seek(0)
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                return False
+            digest.update(chunk)
+            left -= len(chunk)
+        if digest.digest() == f.read(width):
+            return True
+    return False
+
+
+def _loose_holds(f: BinaryIO, name: str) -> bool:
+    """A loose object: its inflated bytes hash to its name (the file's dir holds the rest)."""
+    inflate = zlib.decompressobj()
+    digests = [hashlib.sha1(), hashlib.sha256()]  # noqa: S324 - git's object names
+    while chunk := f.read(_CHUNK):
+        data = inflate.decompress(chunk)
+        for digest in digests:
+            digest.update(data)
+    tail = inflate.flush()
+    for digest in digests:
+        digest.update(tail)
+    return any(d.hexdigest().endswith(name) for d in digests)
+
 
 def _entries(root: Path, *, hashed: _Hashed | None = None) -> dict[str, str]:
     """A fingerprint of every entry under `root` (a missing root gives {}). With `hashed`
@@ -224,6 +293,14 @@ def _entries(root: Path, *, hashed: _Hashed | None = None) -> dict[str, str]:
                     continue
                 data = read_regular(name, dir_fd=parent)
                 key += ":" + (hashlib.sha256(data).hexdigest() if data is not None else "?")
+            elif (
+                hashed is not None
+                and stat.S_ISREG(st.st_mode)
+                and rel.startswith("objects/")
+                and hashed.moved(rel, st)
+                and not _self_consistent(name, parent)
+            ):
+                key += ":rewritten"  # its bytes no longer match its own hash
             found[rel] = key
     finally:
         os.close(fd)
