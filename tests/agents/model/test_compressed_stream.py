@@ -21,7 +21,9 @@ EMPTY_BLOCK = b"\x00\x00\x00\xff\xff"  # a stored deflate block of no bytes
 def test_a_gzip_trickle_of_empty_blocks_ends_at_the_request_timeout(tmp_path: Path) -> None:
     with ScriptedServer(ChatCompletions()) as server:
         server.add(
-            Raw([GZIP_HEAD] + [EMPTY_BLOCK] * 200, delay_s=0.1, headers={"Content-Encoding": "gzip"})
+            Raw(
+                [GZIP_HEAD] + [EMPTY_BLOCK] * 200, delay_s=0.1, headers={"Content-Encoding": "gzip"}
+            )
         )
         settings = OpenAIBackend(
             model="m", base_url=server.base_url, retries=0, request_timeout_s=1.0
