@@ -33,13 +33,12 @@ import hashlib
 import os
 import stat
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import code_runner.repo.git as git
+from code_runner.repo.object_files import self_consistent
 
 _GIT_FILES = ("HEAD", "index", "config", "packed-refs", "info/exclude", "info/attributes")
 _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -213,62 +212,6 @@ class _Hashed:
         return earlier is not None and earlier != full
 
 
-# files under objects/ that end with a hash of all the bytes before it (git's trailer)
-_TRAILED = (".pack", ".idx", ".rev", ".bitmap", ".mtimes", "multi-pack-index", "commit-graph")
-_CHUNK = 1024 * 1024
-
-
-def _self_consistent(name: str, dir_fd: int) -> bool:
-    """Whether a large object file still checks against its own trailing hash (sha1 or
-    sha256): git freshening a pack leaves it so; a write into its bytes does not. A file
-    with no trailer to check (a large loose object) is checked as zlib data of its name."""
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            if name.endswith(_TRAILED):
-                return _trailer_holds(f)
-            return _loose_holds(f, name)
-    except (OSError, ValueError, zlib.error):
-        return False
-    finally:
-        os.close(fd)
-
-
-def _trailer_holds(f: BinaryIO) -> bool:
-    size = os.fstat(f.fileno()).st_size
-    for algorithm, width in (("sha1", 20), ("sha256", 32)):
-        if size < width:
-            continue
-        digest, left = hashlib.new(algorithm), size - width
-        f.seek(0)
-        while left > 0:
-            chunk = f.read(min(_CHUNK, left))
-            if not chunk:
-                return False
-            digest.update(chunk)
-            left -= len(chunk)
-        if digest.digest() == f.read(width):
-            return True
-    return False
-
-
-def _loose_holds(f: BinaryIO, name: str) -> bool:
-    """A loose object: its inflated bytes hash to its name (the file's dir holds the rest)."""
-    inflate = zlib.decompressobj()
-    digests = [hashlib.sha1(), hashlib.sha256()]  # noqa: S324 - git's object names
-    while chunk := f.read(_CHUNK):
-        data = inflate.decompress(chunk)
-        for digest in digests:
-            digest.update(data)
-    tail = inflate.flush()
-    for digest in digests:
-        digest.update(tail)
-    return any(d.hexdigest().endswith(name) for d in digests)
-
-
 def _entries(root: Path, *, hashed: _Hashed | None = None) -> dict[str, str]:
     """A fingerprint of every entry under `root` (a missing root gives {}). With `hashed`
     (a git dir), regular files up to 1 MiB carry a content hash too, and objects no times."""
@@ -298,7 +241,7 @@ def _entries(root: Path, *, hashed: _Hashed | None = None) -> dict[str, str]:
                 and stat.S_ISREG(st.st_mode)
                 and rel.startswith("objects/")
                 and hashed.moved(rel, st)
-                and not _self_consistent(name, parent)
+                and not self_consistent(name, parent)
             ):
                 key += ":rewritten"  # its bytes no longer match its own hash
             found[rel] = key
