@@ -5,8 +5,7 @@ directory, fsync, `os.replace`. Appends to JSONL logs are single `write` calls o
 Nothing here writes through a symlink: temp files are created `O_EXCL`, `os.replace` swaps
 the name itself, and appends and reserves open with `O_NOFOLLOW`.
 
-Lock files live here too: `flocked` holds one for a block, `wait_flock` waits for one (with
-a timeout and its caller's own error), `try_flock` asks once.
+Lock files live here too: `flocked` (for a block), `wait_flock` and `try_flock`.
 """
 
 from __future__ import annotations
@@ -159,8 +158,7 @@ def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, dumps(data), durable=durable)
 
 
-# one encoder for every line: `json.dumps` with options builds a new one per call
-_JSONL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+_JSONL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)  # built once
 
 
 def jsonl_line(data: Any) -> bytes:
@@ -173,23 +171,33 @@ def jsonl_line(data: Any) -> bytes:
 
 
 class JsonlLog:
-    """A JSON-lines log held open for appends (opened once, never through a planted link).
-    Each line is one `write` of its own, in the file when `append` returns: a process
-    killed at any point leaves every line appended before it."""
+    """A JSON-lines log held open, each line one `write`; a name replaced meanwhile (a link
+    planted mid-run) is opened again as `append_jsonl` would (one `lstat` per line)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        self._held = (0, 0)  # (st_dev, st_ino) of the file held open
         self._close: Callable[[], None] = lambda: None
 
     def append(self, data: Any) -> bytes:
         raw = jsonl_line(data)
         with _disk_full_is_typed(self.path):
+            if self._fd is not None and not self._still_named():
+                self.close()
             if self._fd is None:
-                self._fd = proc.open_no_follow(self.path, os.O_WRONLY | os.O_APPEND)
-                self._close = weakref.finalize(self, os.close, self._fd)
+                self._fd = fd = proc.open_no_follow(self.path, os.O_WRONLY | os.O_APPEND)
+                held = os.fstat(fd)
+                self._held = (held.st_dev, held.st_ino)
+                self._close = weakref.finalize(self, os.close, fd)
             os.write(self._fd, raw)
         return raw
+
+    def _still_named(self) -> bool:
+        with contextlib.suppress(OSError):
+            named = os.lstat(self.path)
+            return (named.st_dev, named.st_ino) == self._held
+        return False
 
     def close(self) -> None:
         self._close()
