@@ -259,18 +259,13 @@ def _pristine(leaf: Path) -> bool:
         ("freezer.state", lambda text: text.strip() == b"THAWED"),
     ):
         try:
-            fd = os.open(leaf / name, os.O_RDONLY | os.O_CLOEXEC)
+            text = _read(leaf / name)
         except FileNotFoundError:
             continue  # not this hierarchy's file
         except OSError:
             return False
-        try:
-            if not clean(os.read(fd, 4096)):
-                return False
-        except OSError:
+        if not clean(text):
             return False
-        finally:
-            os.close(fd)
     return True
 
 
@@ -309,15 +304,18 @@ def populated(group: Path) -> bool | None:
     """Whether a process is left in `group` or under it (cgroup v2's `cgroup.events`: one
     read, whatever the tree); None where that file is missing (v1), False once it is gone."""
     try:
-        fd = os.open(group / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
+        return _populated_in(_read(group / "cgroup.events"))
     except FileNotFoundError:
         return False if not group.exists() else None
     except OSError:
         return None
+
+
+def _read(path: Path) -> bytes:
+    """A control file's text, in one read (a missing file raises FileNotFoundError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return _populated_in(os.read(fd, 4096))
-    except OSError:
-        return None
+        return os.read(fd, 4096)
     finally:
         os.close(fd)
 
